@@ -1,0 +1,92 @@
+"""The typer app. Each command lives in specchat/commands/; this file only wires them up.
+
+`specchat "prompt"` and `git diff | specchat "prompt"` are one-shot answers (the `ask`
+command); bare `specchat` in a terminal opens the chat.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import typer
+
+from specchat.errors import EXIT_INTERRUPTED, EXIT_RUNTIME, SpecchatError
+
+app = typer.Typer(
+    name="specchat",
+    help="Chat with a local GGUF model, faster through exact speculative decoding.",
+    no_args_is_help=False,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _register_commands() -> None:
+    from specchat.commands import ask, bench, chat, doctor, models
+
+    for module in (ask, chat, models, bench, doctor):
+        module.register(app)
+
+
+_register_commands()
+
+
+def _command_names() -> set[str]:
+    names = {c.name or c.callback.__name__ for c in app.registered_commands if c.callback}
+    return names | {"--help", "-h", "--version"}
+
+
+def route_argv(argv: Sequence[str], stdin_is_tty: bool) -> list[str]:
+    """Pick the command when none is named: a prompt means `ask`, nothing means `chat`."""
+    args = list(argv)
+    if not args:
+        return ["chat"] if stdin_is_tty else ["ask"]
+    if args[0] in _command_names():
+        return args
+    return ["ask", *args]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point: one-line errors and exit codes instead of tracebacks."""
+    args = route_argv(sys.argv[1:] if argv is None else argv, sys.stdin.isatty())
+    if args == ["--version"]:
+        from specchat import __version__
+
+        print(f"specchat {__version__}")
+        return
+    try:
+        app(args=args, prog_name="specchat", standalone_mode=False)
+    except SpecchatError as exc:
+        _fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        _fail("interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        # The reader of a pipe went away (`specchat ... | head`): not an error of ours.
+        sys.stderr.close()
+        sys.exit(0)
+    except (typer.Abort, typer.Exit) as exc:
+        code = getattr(exc, "exit_code", 1)
+        sys.exit(EXIT_INTERRUPTED if isinstance(exc, typer.Abort) else code)
+    except Exception as exc:  # click usage errors and anything unexpected
+        _handle_other(exc)
+
+
+def _handle_other(exc: Exception) -> None:
+    import click
+
+    if isinstance(exc, click.ClickException):
+        exc.show()
+        sys.exit(exc.exit_code)
+    if isinstance(exc, click.exceptions.Exit):
+        sys.exit(exc.exit_code)
+    if isinstance(exc, click.exceptions.Abort):
+        sys.exit(EXIT_INTERRUPTED)
+    _fail(f"unexpected error: {type(exc).__name__}: {exc} (rerun with --verbose for details)",
+          EXIT_RUNTIME)
+
+
+def _fail(message: str, code: int) -> None:
+    print(f"specchat: error: {message}", file=sys.stderr)
+    sys.exit(code)

@@ -1,0 +1,1 @@
+"""The pure speculative engine: no terminal, no llama_cpp import."""

@@ -1,0 +1,69 @@
+"""One options object that feeds sampling, speculation, the CLI flags and /set."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+SpecMode = Literal["auto", "draft", "ngram", "off"]
+SPEC_MODES: tuple[str, ...] = ("auto", "draft", "ngram", "off")
+
+
+class OptionError(ValueError):
+    """An option value out of range; the message names the option and the allowed range."""
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """How a token is chosen from logits. Target and draft use the very same warps."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        _check(self.temperature >= 0, "temperature must be >= 0 (0 is greedy)")
+        _check(self.top_k >= 0, "top_k must be >= 0 (0 turns it off)")
+        _check(0 < self.top_p <= 1, "top_p must be in (0, 1]")
+        _check(0 <= self.min_p < 1, "min_p must be in [0, 1)")
+        _check(self.repeat_penalty > 0, "repeat_penalty must be > 0 (1 turns it off)")
+        _check(self.repeat_last_n >= 0, "repeat_last_n must be >= 0")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """What one answer may do: length, stops, and how to speculate."""
+
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    max_tokens: int = 1024
+    stop: tuple[str, ...] = ()
+    spec: str = "auto"
+    draft_max: int = 16
+
+    def __post_init__(self) -> None:
+        _check(self.max_tokens >= 1, "max_tokens must be >= 1")
+        _check(self.spec in SPEC_MODES, f"spec must be one of {', '.join(SPEC_MODES)}")
+        _check(0 <= self.draft_max <= 64, "draft_max must be in [0, 64]")
+        _check(all(self.stop), "stop strings must not be empty")
+
+    def with_values(self, **values: Any) -> GenerationOptions:
+        """A copy with some fields replaced; sampling fields may be given flat."""
+        names = {f.name for f in dataclasses.fields(SamplingOptions)}
+        samp = {k: v for k, v in values.items() if k in names}
+        rest = {k: v for k, v in values.items() if k not in names}
+        sampling = dataclasses.replace(self.sampling, **samp) if samp else self.sampling
+        return dataclasses.replace(self, sampling=sampling, **rest)
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise OptionError(message)

@@ -1,0 +1,88 @@
+"""The small interface the engine needs from a model.
+
+specchat/llama.py implements it on llama.cpp; tests implement it with exact numpy
+distributions (tests/fakes.py). Everything the engine knows about a model goes through here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class LogitsModel(Protocol):
+    """A causal LM with a KV cache that holds exactly `tokens`.
+
+    Invariant: after any call returns or raises, `tokens` is what the cache holds.
+    """
+
+    @property
+    def n_vocab(self) -> int:
+        """Number of logits per row."""
+        ...
+
+    @property
+    def n_ctx(self) -> int:
+        """Maximum number of positions the cache can hold."""
+        ...
+
+    @property
+    def tokens(self) -> Sequence[int]:
+        """The tokens currently in the cache, position 0 first (read-only view)."""
+        ...
+
+    @property
+    def eog_tokens(self) -> frozenset[int]:
+        """Tokens that end generation (eos, eot, im_end, ...)."""
+        ...
+
+    def eval(self, tokens: Sequence[int], logit_rows: Sequence[int]) -> np.ndarray:
+        """Append `tokens` at position len(self.tokens), in as few batches as possible.
+
+        Returns float32 logits of shape (len(logit_rows), n_vocab); `logit_rows` index into
+        `tokens` (negative indices count from the end). Logits are computed only for those
+        rows. Raises ContextFullError if the cache would exceed n_ctx (cache unchanged).
+        """
+        ...
+
+    def truncate(self, n: int) -> None:
+        """Forget every position >= n (keep the first n tokens)."""
+        ...
+
+    def token_bytes(self, token: int) -> bytes:
+        """The raw bytes a token renders to (may be part of a UTF-8 sequence)."""
+        ...
+
+
+class ContextFullError(Exception):
+    """Raised by LogitsModel.eval when the tokens would not fit in n_ctx."""
+
+    def __init__(self, needed: int, n_ctx: int) -> None:
+        super().__init__(f"{needed} positions needed, context holds {n_ctx}")
+        self.needed = needed
+        self.n_ctx = n_ctx
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def sync_prefix(model: LogitsModel, tokens: Sequence[int]) -> np.ndarray:
+    """Make the cache hold `tokens`, reusing the longest cached prefix.
+
+    Always evaluates at least the last token so the caller gets the next-token logits row
+    (shape (n_vocab,)). This is the KV reuse across chat turns: only new tokens cost time.
+    """
+    if not tokens:
+        raise ValueError("cannot evaluate an empty token sequence")
+    keep = min(common_prefix(model.tokens, tokens), len(tokens) - 1)
+    model.truncate(keep)
+    return model.eval(tokens[keep:], [-1])[0]

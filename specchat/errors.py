@@ -1,0 +1,33 @@
+"""Errors that reach the user as one line and an exit code, never as a traceback."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class SpecchatError(Exception):
+    """A failure the user can act on: the message says what to do."""
+
+    exit_code: int = EXIT_RUNTIME
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class UsageError(SpecchatError):
+    """Bad input from the user: bad option, unknown preset, incompatible draft."""
+
+    exit_code = EXIT_USAGE
+
+
+class ModelError(SpecchatError):
+    """A model file that cannot be used (missing, not GGUF, failed to load)."""
+
+
+class DownloadError(SpecchatError):
+    """A download that failed; nothing half-written is left behind."""
