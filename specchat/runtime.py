@@ -1,0 +1,145 @@
+"""Loaded models plus everything needed to turn messages into an answer stream.
+
+The one place where presets, the llama.cpp layer and the engine meet, shared by `ask`,
+`chat` and `bench`. Tests build a Runtime directly from fake parts.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specchat.engine.events import Event
+from specchat.engine.loop import generate
+from specchat.engine.options import GenerationOptions
+from specchat.engine.protocol import LogitsModel
+from specchat.errors import UsageError
+
+Message = dict[str, str]
+
+
+@dataclass
+class RuntimeInfo:
+    """What /show and --json report about the loaded models."""
+
+    target_name: str
+    target_path: str = ""
+    draft_name: str | None = None
+    draft_path: str | None = None
+    template_note: str = ""
+    template_is_fallback: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Runtime:
+    """A target (and maybe a draft) ready to answer; engine calls go through here."""
+
+    target: LogitsModel
+    draft: LogitsModel | None
+    chat_tokens: Callable[[Sequence[Message]], list[int]]
+    raw_tokens: Callable[[str], list[int]]
+    info: RuntimeInfo
+    speculation_allowed: bool = True
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def stream(self, prompt: Sequence[int], options: GenerationOptions) -> Iterator[Event]:
+        """Generate an answer to `prompt` tokens; the mode comes from options.spec."""
+        options = self.effective_options(options)
+        draft = self.draft if options.spec in ("draft", "auto") else None
+        return generate(self.target, prompt, options, draft=draft)
+
+    def effective_options(self, options: GenerationOptions) -> GenerationOptions:
+        """Check the mode against what is loaded; refuse what cannot be honoured."""
+        if options.spec == "draft" and self.draft is None:
+            raise UsageError("--spec draft needs a draft model: pass --draft NAME_OR_PATH "
+                             "(or use --spec ngram / auto)")
+        if not self.speculation_allowed and options.spec != "off":
+            if options.spec == "auto":
+                return options.with_values(spec="off")
+            raise UsageError(f"{self.info.target_name} is a recurrent/hybrid model whose cache "
+                             "cannot be rolled back: speculation is off for it (use --spec off)")
+        return options
+
+    def close(self) -> None:
+        for close in reversed(self.closers):
+            close()
+        self.closers.clear()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """How to find and load models (from CLI flags / env)."""
+
+    model: str | None = None
+    draft: str | None = None
+    spec: str = "auto"
+    n_ctx: int = 4096
+    n_gpu_layers: int | None = None
+    threads: int | None = None
+    verbose: bool = False
+    quiet: bool = False
+
+
+def wants_draft(settings: LoadSettings) -> str | None:
+    """Which draft to load: explicit, else the target preset's default (draft/auto modes only)."""
+    from specchat.models import DEFAULT_TARGET, default_draft_for
+
+    if settings.spec in ("off", "ngram"):
+        return None
+    if settings.draft:
+        return None if settings.draft.lower() == "none" else settings.draft
+    return default_draft_for(settings.model or DEFAULT_TARGET)
+
+
+def open_runtime(settings: LoadSettings) -> Runtime:
+    """Resolve (pulling on first use), load and check the target and draft models."""
+    from specchat.llm import ChatTemplate, chat_tokens, check_compatible, load_model
+    from specchat.models import DEFAULT_TARGET, resolve_model
+
+    target_spec = settings.model or DEFAULT_TARGET
+    draft_spec = wants_draft(settings)
+    target_path = resolve_model(target_spec, quiet=settings.quiet)
+    draft_path = resolve_model(draft_spec, quiet=settings.quiet) if draft_spec else None
+    target = load_model(target_path, n_ctx=settings.n_ctx, n_gpu_layers=settings.n_gpu_layers,
+                        n_threads=settings.threads, verbose=settings.verbose)
+    closers: list[Callable[[], None]] = [target.close]
+    draft = None
+    try:
+        if draft_path is not None:
+            draft = load_model(draft_path, n_ctx=settings.n_ctx,
+                               n_gpu_layers=settings.n_gpu_layers,
+                               n_threads=settings.threads, verbose=settings.verbose)
+            closers.append(draft.close)
+            check_compatible(target, draft)
+        template = ChatTemplate.from_model(target)
+    except BaseException:
+        for close in reversed(closers):
+            close()
+        raise
+    info = RuntimeInfo(
+        target_name=target_spec, target_path=str(target_path),
+        draft_name=draft_spec, draft_path=str(draft_path) if draft_path else None,
+        template_note=template.note, template_is_fallback=template.is_fallback,
+    )
+    if template.is_fallback and not settings.quiet:
+        print(f"specchat: note: {template.note}", file=sys.stderr)
+    return Runtime(
+        target=target, draft=draft,
+        chat_tokens=lambda messages: chat_tokens(target, template, list(messages)),
+        raw_tokens=lambda text: target.tokenize(text, add_special=True, parse_special=False),
+        info=info, speculation_allowed=not target.is_recurrent, closers=closers,
+    )
+
+
+def model_label(path: Path | str) -> str:
+    return Path(path).name
