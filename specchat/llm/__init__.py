@@ -1,0 +1,22 @@
+"""The llama.cpp model layer.
+
+backend.py is the only module in specchat that imports llama_cpp; template.py, vocab.py and
+text.py are pure so they can be used and tested without it. Importing this package does not
+load llama.cpp: the backend names below are resolved on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_BACKEND_NAMES = frozenset({
+    "LlamaModel", "load_model", "gpu_offload_supported", "system_info", "requantize",
+})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _BACKEND_NAMES:
+        from specchat.llm import backend
+
+        return getattr(backend, name)
+    raise AttributeError(f"module 'specchat.llm' has no attribute {name!r}")

@@ -1,0 +1,174 @@
+"""Chat templates: the Jinja text a GGUF file carries in `tokenizer.chat_template`.
+
+Templates come from downloaded files, so they run in Jinja's immutable sandbox: a template can
+format strings but cannot reach Python objects or change the messages it is given. The
+environment matches what Hugging Face's transformers gives templates (trim_blocks,
+lstrip_blocks, loop controls, a `tojson` that keeps non-ASCII, `raise_exception`,
+`strftime_now`), because the templates are written against it. Pure: no llama_cpp import.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from specchat.errors import ModelError, UsageError
+
+# Used when a model carries no template. ChatML because the most common small chat models
+# (Qwen, SmolLM, many fine-tunes) were trained on it; for others it is at least readable.
+CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+class TemplateModel(Protocol):
+    """What ChatTemplate.from_model and chat_tokens need from a model (LlamaModel has it)."""
+
+    @property
+    def chat_template(self) -> str | None: ...
+
+    @property
+    def bos_token(self) -> int | None: ...
+
+    @property
+    def eos_token(self) -> int | None: ...
+
+    @property
+    def add_bos(self) -> bool: ...
+
+    @property
+    def path(self) -> Any: ...
+
+    def token_text(self, token: int) -> str: ...
+
+    def tokenize(
+        self, text: str, *, add_special: bool = False, parse_special: bool = True
+    ) -> list[int]: ...
+
+
+class _TemplateRaised(Exception):
+    """A template's own raise_exception(): its message is meant for the user."""
+
+
+class _IgnoreGenerationTags(jinja2.ext.Extension):
+    """transformers' `{% generation %}` marks trainable spans; for rendering it is a no-op."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> Any:
+        parser.stream.skip(1)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
+                      separators=separators, sort_keys=sort_keys)
+
+
+def _raise_exception(message: str) -> None:
+    raise _TemplateRaised(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        loader=jinja2.BaseLoader(),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[_IgnoreGenerationTags, jinja2.ext.loopcontrols],
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+class ChatTemplate:
+    """A compiled chat template, or the ChatML fallback with a note saying why."""
+
+    def __init__(self, source: str | None, *, bos_text: str = "", eos_text: str = "",
+                 name: str = "model") -> None:
+        self.bos_text = bos_text
+        self.eos_text = eos_text
+        self.is_fallback = False
+        self.note = ""
+        env = _environment()
+        if not source or not source.strip():
+            self._use_fallback(f"{name} has no chat template; using ChatML fallback")
+        else:
+            try:
+                self.source = source
+                self._compiled = env.from_string(source)
+            except jinja2.TemplateSyntaxError as exc:
+                self._use_fallback(
+                    f"{name}'s chat template does not parse ({exc.message}, line {exc.lineno}); "
+                    "using ChatML fallback"
+                )
+        if self.is_fallback:
+            self._compiled = env.from_string(CHATML)
+
+    def _use_fallback(self, note: str) -> None:
+        self.source = CHATML
+        self.is_fallback = True
+        self.note = note
+
+    @classmethod
+    def from_model(cls, model: TemplateModel) -> ChatTemplate:
+        """The model's own template, with its BOS / EOS texts for templates that print them."""
+        bos, eos = model.bos_token, model.eos_token
+        return cls(
+            model.chat_template,
+            bos_text=model.token_text(bos) if bos is not None else "",
+            eos_text=model.token_text(eos) if eos is not None else "",
+            name=_model_name(model),
+        )
+
+    def render(self, messages: Sequence[Mapping[str, str]],
+               add_generation_prompt: bool = True) -> str:
+        """The prompt text for `messages` ({"role": ..., "content": ...} dicts, in order)."""
+        try:
+            return self._compiled.render(
+                messages=[dict(m) for m in messages],
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_text,
+                eos_token=self.eos_text,
+            )
+        except _TemplateRaised as exc:
+            # e.g. Gemma's "Conversation roles must alternate user/assistant/...".
+            raise UsageError(f"the chat template refuses this conversation: {exc}") from None
+        except jinja2.TemplateError as exc:  # includes sandbox SecurityError
+            raise ModelError(f"the chat template failed: {type(exc).__name__}: {exc}") from None
+
+
+def chat_tokens(model: TemplateModel, template: ChatTemplate,
+                messages: Sequence[Mapping[str, str]]) -> list[int]:
+    """Render and tokenize a conversation, ready to evaluate.
+
+    Special-token text in the template (<|im_start|>, <start_of_turn>) becomes the special
+    tokens. BOS is added only when the model wants one and the template did not already
+    print it: many templates start with {{ bos_token }}, and a doubled BOS degrades answers.
+    """
+    text = template.render(messages, add_generation_prompt=True)
+    tokens = model.tokenize(text, add_special=False, parse_special=True)
+    bos = model.bos_token
+    if model.add_bos and bos is not None and (not tokens or tokens[0] != bos):
+        tokens.insert(0, bos)
+    return tokens
+
+
+def _model_name(model: TemplateModel) -> str:
+    path = getattr(model, "path", None)
+    return getattr(path, "name", None) or "model"

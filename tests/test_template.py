@@ -1,0 +1,122 @@
+"""Chat template rendering in the sandbox (pure; real-model templates are in test_llm_real)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from specchat.errors import ModelError, UsageError
+from specchat.llm.template import ChatTemplate, chat_tokens
+
+MESSAGES = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Hi ünïcode 👋"},
+]
+
+GEMMA_LIKE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}"
+    "{{ '<start_of_turn>' + message['role'] + '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+
+
+@dataclass
+class StubModel:
+    """Just enough of LlamaModel for template code: a toy character tokenizer."""
+
+    chat_template: str | None
+    bos_token: int | None = 1
+    eos_token: int | None = 2
+    add_bos: bool = True
+    path: Path = Path("stub.gguf")
+    specials: dict[str, int] = field(default_factory=lambda: {"<bos>": 1, "<eos>": 2})
+
+    def token_text(self, token: int) -> str:
+        return {v: k for k, v in self.specials.items()}[token]
+
+    def tokenize(self, text: str, *, add_special: bool = False,
+                 parse_special: bool = True) -> list[int]:
+        assert not add_special and parse_special
+        tokens: list[int] = []
+        while text:
+            special = next((s for s in self.specials if text.startswith(s)), None)
+            if special:
+                tokens.append(self.specials[special])
+                text = text[len(special):]
+            else:
+                tokens.append(1000 + ord(text[0]))
+                text = text[1:]
+        return tokens
+
+
+def test_model_without_template_gets_chatml_fallback_with_note() -> None:
+    template = ChatTemplate.from_model(StubModel(chat_template=None))
+    assert template.is_fallback
+    assert template.note == "stub.gguf has no chat template; using ChatML fallback"
+    assert template.render(MESSAGES) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n"
+        "<|im_start|>user\nHi ünïcode 👋<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_broken_template_falls_back_and_says_why() -> None:
+    template = ChatTemplate("{% for m in messages %}", name="bad.gguf")
+    assert template.is_fallback
+    assert template.note.startswith("bad.gguf's chat template does not parse (")
+    assert template.render(MESSAGES).endswith("<|im_start|>assistant\n")
+
+
+def test_template_gets_bos_and_generation_prompt() -> None:
+    template = ChatTemplate.from_model(StubModel(chat_template=GEMMA_LIKE))
+    assert not template.is_fallback and template.note == ""
+    user_only = [{"role": "user", "content": " Hi "}]
+    assert template.render(user_only) == (
+        "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+    )
+    assert template.render(user_only, add_generation_prompt=False).endswith("<end_of_turn>\n")
+
+
+def test_template_raise_exception_is_a_usage_error() -> None:
+    template = ChatTemplate(GEMMA_LIKE)
+    with pytest.raises(UsageError, match="roles must alternate"):
+        template.render([{"role": "assistant", "content": "x"}])
+
+
+def test_sandbox_blocks_python_internals() -> None:
+    template = ChatTemplate("{{ messages.__class__.__mro__[1].__subclasses__() }}")
+    with pytest.raises(ModelError, match="SecurityError|UndefinedError"):
+        template.render(MESSAGES)
+
+
+def test_sandbox_is_immutable() -> None:
+    template = ChatTemplate("{{ messages.append({'role': 'x'}) }}")
+    with pytest.raises(ModelError, match="SecurityError"):
+        template.render(MESSAGES)
+
+
+def test_tojson_keeps_non_ascii() -> None:
+    assert ChatTemplate("{{ messages[1] | tojson }}").render(MESSAGES) == (
+        '{"role": "user", "content": "Hi ünïcode 👋"}'
+    )
+
+
+def test_chat_tokens_adds_bos_once() -> None:
+    with_bos = StubModel(chat_template=GEMMA_LIKE)
+    tokens = chat_tokens(with_bos, ChatTemplate.from_model(with_bos), MESSAGES[1:])
+    assert tokens[0] == 1 and tokens[1] != 1
+
+    no_bos_in_text = StubModel(chat_template=None)
+    tokens = chat_tokens(no_bos_in_text, ChatTemplate.from_model(no_bos_in_text), MESSAGES)
+    assert tokens[0] == 1 and tokens[1] == 1000 + ord("<")
+
+    wants_none = StubModel(chat_template=None, add_bos=False)
+    tokens = chat_tokens(wants_none, ChatTemplate.from_model(wants_none), MESSAGES)
+    assert 1 not in tokens
