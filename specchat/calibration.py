@@ -1,0 +1,123 @@
+"""Measure what a verify batch costs on this machine, once per model file and machine.
+
+The `auto` mode needs cost(n) for n = 1..17 before it has run enough steps to learn it; a
+short measurement at load gives it, and a small JSON cache keeps it from being repeated every
+start. The engine then keeps refining the table from the steps it really runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from specchat.engine.cost import MAX_N, CostTable
+from specchat.engine.protocol import LogitsModel
+
+SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 17)
+PREFIX = 48  # positions already in the cache, so batches run at a realistic depth
+
+
+def measure(model: LogitsModel, sizes: tuple[int, ...] = SIZES, repeats: int = 3,
+            clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
+    """Fastest of `repeats` evals of n tokens with all n logits rows, for each n.
+
+    The minimum, not the mean: other processes only ever add time, so the minimum is the
+    closest to what this model costs here. The cache is put back as it was.
+    """
+    keep = len(model.tokens)
+    vocab = model.n_vocab
+    filler = [(7 + 31 * i) % vocab for i in range(PREFIX + max(sizes))]
+    try:
+        model.eval(filler[:PREFIX], [])
+        base = len(model.tokens)
+        model.eval(filler[PREFIX:PREFIX + 4], [0, 1, 2, 3])  # warm-up: first calls allocate
+        model.truncate(base)
+        out: dict[int, float] = {}
+        for n in sizes:
+            best = float("inf")
+            for _ in range(repeats):
+                start = clock()
+                model.eval(filler[PREFIX:PREFIX + n], list(range(n)))
+                best = min(best, clock() - start)
+                model.truncate(base)
+            out[n] = best
+        return out
+    finally:
+        model.truncate(keep)
+
+
+def table_from(measured: dict[int, float], max_n: int = MAX_N) -> CostTable:
+    """Linear interpolation between measured sizes; monotone by construction."""
+    sizes = sorted(measured)
+    seconds: list[float] = []
+    for n in range(1, max_n + 1):
+        lo = max([s for s in sizes if s <= n], default=sizes[0])
+        hi = min([s for s in sizes if s >= n], default=sizes[-1])
+        if lo == hi:
+            value = measured[lo]
+        else:
+            frac = (n - lo) / (hi - lo)
+            value = measured[lo] + frac * (measured[hi] - measured[lo])
+        seconds.append(max(value, seconds[-1] if seconds else 0.0))
+    return CostTable(seconds)
+
+
+def machine_key(model_path: Path, settings: dict[str, object]) -> str:
+    """Same file, same settings, same machine: the same costs."""
+    st = model_path.stat() if model_path.exists() else None
+    parts = [str(model_path.resolve()), str(st.st_size if st else 0),
+             str(int(st.st_mtime) if st else 0), platform.node(), platform.machine(),
+             platform.processor(), str(os.cpu_count()), json.dumps(settings, sort_keys=True)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
+
+
+class CalibrationCache:
+    """A JSON file of measured cost tables keyed by machine_key; corrupt files are ignored."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self, key: str) -> CostTable | None:
+        try:
+            data = json.loads(self.path.read_text())
+            seconds = data[key]["seconds"]
+            if isinstance(seconds, list) and seconds and all(
+                    isinstance(s, (int, float)) and s > 0 for s in seconds):
+                return CostTable([float(s) for s in seconds])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return None
+
+    def save(self, key: str, table: CostTable, label: str) -> None:
+        try:
+            data = json.loads(self.path.read_text()) if self.path.exists() else {}
+            if not isinstance(data, dict):
+                data = {}
+        except (OSError, ValueError):
+            data = {}
+        data[key] = {"seconds": table.seconds, "model": label, "when": time.time()}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, self.path)  # never a half-written cache, even if killed here
+
+
+def break_even_acceptance(target: CostTable, draft_step: float, k: int) -> float:
+    """Per-position acceptance a draft model needs at draft length k to match plain decoding.
+
+    Solves (1 - a^(k+1)) / (1 - a) = (verify(k+1) + k * draft_step) / verify(1) by bisection.
+    """
+    need = (target.cost(k + 1) + k * draft_step) / target.cost(1)
+    if need >= k + 1:
+        return float("inf")  # even perfect acceptance cannot pay
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        tokens = sum(mid ** i for i in range(k + 1))
+        lo, hi = (mid, hi) if tokens < need else (lo, mid)
+    return hi
