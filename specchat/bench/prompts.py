@@ -1,0 +1,120 @@
+"""Benchmark prompts: Spec-Bench JSON Lines files and the built-in default set.
+
+A line is `{"question_id": ..., "category": "...", "turns": ["first turn", ...]}`; only the
+first turn is used, because a benchmark answer to a later turn would depend on the earlier
+answer, which differs between modes whenever greedy outputs diverge.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from specchat.errors import UsageError
+
+BUILTIN_NAME = "default_prompts.jsonl"
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    """One benchmark question: where it came from and the text sent as the user turn."""
+
+    question_id: str
+    category: str
+    text: str
+
+
+def builtin_text() -> str:
+    """The shipped default set (code editing, summarization, rag, writing, qa)."""
+    return resources.files("specchat.bench").joinpath(BUILTIN_NAME).read_text(encoding="utf-8")
+
+
+def load_prompts(path: Path | None) -> list[BenchPrompt]:
+    """Prompts of a JSONL file, or of the built-in set when `path` is None."""
+    if path is None:
+        return parse_jsonl(builtin_text(), source=f"<built-in {BUILTIN_NAME}>")
+    if not path.exists():
+        raise UsageError(f"{path}: no such file (give a Spec-Bench style .jsonl file, or none "
+                         "for the built-in set)")
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory, not a .jsonl file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+    prompts = parse_jsonl(text, source=str(path))
+    if not prompts:
+        raise UsageError(f"{path}: no prompts in it")
+    return prompts
+
+
+def parse_jsonl(text: str, source: str) -> list[BenchPrompt]:
+    """Parse every non-blank line; any bad line is a usage error naming file and line."""
+    prompts: list[BenchPrompt] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        prompts.append(_parse_line(line, f"{source}:{number}"))
+    return prompts
+
+
+def _parse_line(line: str, where: str) -> BenchPrompt:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(record, dict):
+        raise UsageError(f"{where}: expected a JSON object with question_id, category, turns")
+    missing = [k for k in ("question_id", "category", "turns") if k not in record]
+    if missing:
+        raise UsageError(f"{where}: missing {', '.join(missing)}")
+    qid, category, turns = record["question_id"], record["category"], record["turns"]
+    if not isinstance(qid, (str, int)) or isinstance(qid, bool):
+        raise UsageError(f"{where}: question_id must be a string or an integer")
+    if not isinstance(category, str) or not category.strip():
+        raise UsageError(f"{where}: category must be a non-empty string")
+    if not isinstance(turns, list) or not turns or not isinstance(turns[0], str) \
+            or not turns[0].strip():
+        raise UsageError(f"{where}: turns must be a list whose first item is non-empty text")
+    return BenchPrompt(question_id=str(qid), category=category.strip(), text=turns[0])
+
+
+def categories_of(prompts: Sequence[BenchPrompt]) -> list[str]:
+    """Categories in the order they first appear in the file."""
+    return list(dict.fromkeys(p.category for p in prompts))
+
+
+def parse_categories(value: str | None) -> list[str] | None:
+    """`a,b` -> ["a", "b"]; None or blank means every category."""
+    if value is None or not value.strip():
+        return None
+    return [c.strip() for c in value.split(",") if c.strip()]
+
+
+def select(prompts: Sequence[BenchPrompt], categories: Sequence[str] | None = None,
+           limit: int | None = None) -> list[BenchPrompt]:
+    """Keep the asked categories (file order kept) and at most `limit` prompts of each."""
+    if limit is not None and limit < 1:
+        raise UsageError(f"--limit must be >= 1 (got {limit})")
+    known = categories_of(prompts)
+    if categories:
+        unknown = [c for c in categories if c not in known]
+        if unknown:
+            raise UsageError(f"unknown categor{'y' if len(unknown) == 1 else 'ies'} "
+                             f"{', '.join(unknown)}; this file has: {', '.join(known)}")
+    wanted = set(categories) if categories else set(known)
+    taken: dict[str, int] = {}
+    chosen: list[BenchPrompt] = []
+    for prompt in prompts:
+        if prompt.category not in wanted:
+            continue
+        if limit is not None and taken.get(prompt.category, 0) >= limit:
+            continue
+        taken[prompt.category] = taken.get(prompt.category, 0) + 1
+        chosen.append(prompt)
+    return chosen
