@@ -1,9 +1,193 @@
-"""The `bench` command(s). (Filled in by its issue; registers nothing until then.)"""
+"""`specchat bench`: every prompt through every mode, one process, tables and JSON.
+
+stdout carries the tables (or the JSON with `--json -`); the progress bar and notes go to
+stderr. Bad input (file, line, category, mode) fails before any model is loaded.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
 import typer
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn)
+
+from specchat.bench import prompts as bp
+from specchat.bench.report import render, summarize, to_json
+from specchat.bench.runner import BenchResult, Step, parse_modes, run_bench
+from specchat.commands import common as c
+from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
+from specchat.runtime import Runtime, open_runtime
+
+DEFAULT_MODES = ("auto", "ngram", "draft")
+DEFAULT_MAX_TOKENS = 128
+D = c.DEFAULTS
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+    app.command("bench", help="Benchmark speculation modes against plain decoding on a set "
+                "of prompts (Spec-Bench JSONL, or the built-in set).")(bench)
+
+
+def bench(
+    file: Annotated[Optional[Path], typer.Argument(
+        help="Spec-Bench style JSON Lines (question_id, category, turns); default: the "
+        "built-in set.", show_default=False)] = None,
+    categories: Annotated[Optional[str], typer.Option(
+        "--categories", help="Comma-separated categories to run (default: all).")] = None,
+    limit: Annotated[Optional[int], typer.Option(
+        "--limit", help="At most N prompts per category.")] = None,
+    modes: Annotated[Optional[str], typer.Option(
+        "--modes", help="Comma-separated modes besides off (always run): auto, ngram, draft. "
+        "Default: auto,ngram,draft (draft only when a draft model is loaded).")] = None,
+    max_tokens: Annotated[int, typer.Option(
+        "--max-tokens", "-n", help="New tokens per answer.")] = DEFAULT_MAX_TOKENS,
+    temperature: c.Temperature = 0.0, seed: c.Seed = None,
+    draft_max: c.DraftMax = D.draft_max,
+    json_file: Annotated[Optional[str], typer.Option(
+        "--json", help="Write every run and the sums as JSON to FILE ('-': stdout, tables "
+        "then go to stderr).", metavar="FILE")] = None,
+    warmup: Annotated[bool, typer.Option(
+        "--warmup/--no-warmup", help="A few untimed tokens in every mode first.")] = True,
+    calibrate: Annotated[bool, typer.Option(
+        "--calibrate", help="Measure and print what a verify batch costs here (and the "
+        "break-even acceptance), then exit.")] = False,
+    model: c.Model = None, draft: c.Draft = None, ctx: c.Ctx = 4096,
+    n_gpu_layers: c.GpuLayers = None, threads: c.Threads = None, verbose: c.Verbose = False,
+) -> None:
+    options = c.generation_options(
+        temperature=temperature, top_k=D.sampling.top_k, top_p=D.sampling.top_p,
+        min_p=D.sampling.min_p, repeat_penalty=D.sampling.repeat_penalty,
+        repeat_last_n=D.sampling.repeat_last_n, seed=seed, max_tokens=max_tokens, stop=None,
+        spec="off", draft_max=draft_max)
+    mode_list = parse_modes(modes, DEFAULT_MODES)
+    chosen = [] if calibrate else _chosen_prompts(file, categories, limit)
+    _check_writable(json_file)
+    flags = c.ModelFlags(model=model, draft=draft, spec=_load_spec(mode_list, calibrate),
+                         ctx=ctx, n_gpu_layers=n_gpu_layers, threads=threads, verbose=verbose)
+    with open_runtime(flags.settings(quiet=json_file == "-")) as runtime:
+        if calibrate:
+            _calibrate(runtime)
+            return
+        mode_list = _available_modes(runtime, mode_list, explicit=modes is not None)
+        with _progress(len(chosen) * len(mode_list)) as listener:
+            result = run_bench(runtime, chosen, mode_list, options, listener=listener,
+                               warmup=warmup)
+        settings = _settings(file, categories, limit, mode_list, options, runtime, ctx)
+    _report(result, mode_list, settings, json_file, greedy=options.sampling.greedy)
+    if not result.records and not result.interrupted:
+        raise SpecchatError("no prompt fitted in the context: raise --ctx or lower --max-tokens")
+    if result.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _chosen_prompts(file: Path | None, categories: str | None,
+                    limit: int | None) -> list[bp.BenchPrompt]:
+    chosen = bp.select(bp.load_prompts(file), bp.parse_categories(categories), limit)
+    if not chosen:
+        raise UsageError("no prompts selected")
+    return chosen
+
+
+def _check_writable(json_file: str | None) -> None:
+    """Fail before a long run, not after it, when the JSON could not be written."""
+    if json_file is None or json_file == "-":
+        return
+    parent = Path(json_file).resolve().parent
+    if not parent.is_dir():
+        raise UsageError(f"--json {json_file}: folder {parent} does not exist")
+    if Path(json_file).is_dir():
+        raise UsageError(f"--json {json_file} is a directory")
+
+
+def _load_spec(modes: list[str], calibrate: bool) -> str:
+    """The spec that makes open_runtime load a draft model exactly when a mode needs one."""
+    if "draft" in modes or calibrate:
+        return "draft"
+    return "auto" if "auto" in modes else "ngram"
+
+
+def _available_modes(runtime: Runtime, modes: list[str], explicit: bool) -> list[str]:
+    if "draft" not in modes or runtime.draft is not None:
+        return modes
+    if explicit:
+        raise UsageError("--modes draft needs a draft model: pass --draft NAME_OR_PATH, or "
+                         "leave draft out of --modes")
+    print("specchat: note: no draft model loaded, so mode draft is left out", file=sys.stderr)
+    return [m for m in modes if m != "draft"]
+
+
+def _calibrate(runtime: Runtime) -> None:
+    """Hand over to the calibration module (its table goes to stdout)."""
+    try:
+        from specchat import calibration
+    except ImportError:
+        calibration = None  # type: ignore[assignment]
+    run = getattr(calibration, "calibrate", None)
+    show = getattr(calibration, "print_table", None)
+    if run is None or show is None:
+        raise SpecchatError("--calibrate is not available yet in this build of specchat")
+    show(run(runtime.target))
+
+
+@contextmanager
+def _progress(total: int) -> Iterator[Any]:
+    """A rich progress bar on stderr; silent when stderr is not a terminal."""
+    console = Console(stderr=True)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=console, transient=True,
+                        disable=not console.is_terminal)
+    task = progress.add_task("bench", total=total)
+
+    def listener(step: Step) -> None:
+        if step.record is None:
+            progress.update(task, description=f"{step.prompt.category} "
+                            f"{step.prompt.question_id} [{step.mode}]")
+        else:
+            progress.advance(task)
+
+    with progress:
+        yield listener
+
+
+def _settings(file: Path | None, categories: str | None, limit: int | None,
+              modes: list[str], options: Any, runtime: Runtime, ctx: int) -> dict[str, Any]:
+    return {
+        "file": str(file) if file else f"<built-in {bp.BUILTIN_NAME}>",
+        "categories": bp.parse_categories(categories), "limit": limit, "modes": modes,
+        "max_tokens": options.max_tokens, "temperature": options.sampling.temperature,
+        "seed": options.sampling.seed, "draft_max": options.draft_max, "ctx": ctx,
+        "model": runtime.info.target_name, "model_path": runtime.info.target_path,
+        "draft": runtime.info.draft_name, "draft_path": runtime.info.draft_path,
+    }
+
+
+def _report(result: BenchResult, modes: list[str], settings: dict[str, Any],
+            json_file: str | None, greedy: bool) -> None:
+    to_stdout = json_file == "-"
+    console = Console(stderr=to_stdout)
+    for skip in result.skipped:
+        print(f"specchat: note: skipped {skip.category} {skip.question_id}: {skip.reason}",
+              file=sys.stderr)
+    if result.interrupted:
+        print("specchat: interrupted: the tables cover the prompts completed in every mode",
+              file=sys.stderr)
+    render(console, summarize(result.records, modes), greedy)
+    if json_file is None:
+        return
+    document = json.dumps(to_json(result, modes, settings), ensure_ascii=False, indent=1)
+    if to_stdout:
+        print(document)
+        return
+    try:
+        Path(json_file).write_text(document + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise SpecchatError(f"cannot write {json_file}: {exc.strerror}") from None
+    print(f"specchat: wrote {json_file}", file=sys.stderr)

@@ -1,0 +1,182 @@
+"""Sums per category and mode, the tables, and the JSON document of a benchmark run.
+
+Speed is Spec-Bench's definition: summed new tokens over summed decode time, per mode, and
+speedup is that ratio over the `off` baseline's. A mean of per-prompt speedups would weigh a
+10-token answer like a 128-token one, and greedy outputs of different lengths (divergence at
+near-ties) would skew it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from specchat.bench.runner import BASELINE, BenchResult, RunRecord
+
+OVERALL = "overall"
+SCHEMA_VERSION = 1
+SHOWN_DIVERGENCES = 3
+
+
+@dataclass
+class ModeSummary:
+    """Sums over the runs of one mode in one category (or overall)."""
+
+    mode: str
+    prompts: int = 0
+    generated: int = 0
+    decode_seconds: float = 0.0
+    prompt_tokens: int = 0
+    prompt_seconds: float = 0.0
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    compared: int = 0  # runs whose greedy output was compared with `off`
+    matched: int = 0
+    divergences: list[tuple[str, int]] = field(default_factory=list)  # (question, token index)
+
+    def add(self, record: RunRecord) -> None:
+        self.prompts += 1
+        self.generated += record.generated
+        self.decode_seconds += record.decode_seconds
+        self.prompt_tokens += record.prompt_tokens
+        self.prompt_seconds += record.prompt_seconds
+        self.steps += record.steps
+        self.drafted += record.drafted
+        self.accepted += record.accepted
+        if record.matched_off is not None:
+            self.compared += 1
+            self.matched += int(record.matched_off)
+            if not record.matched_off and record.first_divergence is not None:
+                self.divergences.append((record.question_id, record.first_divergence))
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        return self.generated / self.decode_seconds if self.decode_seconds > 0 else None
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        return self.generated / self.steps if self.steps else None
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    def speedup(self, baseline: ModeSummary) -> float | None:
+        mine, base = self.tokens_per_second, baseline.tokens_per_second
+        return mine / base if mine is not None and base else None
+
+    def to_dict(self, baseline: ModeSummary | None) -> dict[str, Any]:
+        return {
+            "mode": self.mode, "prompts": self.prompts, "generated": self.generated,
+            "decode_seconds": self.decode_seconds, "prompt_tokens": self.prompt_tokens,
+            "prompt_seconds": self.prompt_seconds, "steps": self.steps,
+            "drafted": self.drafted, "accepted": self.accepted,
+            "tokens_per_second": self.tokens_per_second,
+            "speedup": self.speedup(baseline) if baseline is not None else None,
+            "tokens_per_step": self.tokens_per_step, "acceptance": self.acceptance,
+            "greedy_compared": self.compared, "greedy_matched": self.matched,
+            "divergences": [{"question_id": q, "first_divergence": i}
+                            for q, i in self.divergences],
+        }
+
+
+Summary = dict[str, dict[str, ModeSummary]]  # category (and "overall") -> mode -> sums
+
+
+def summarize(records: Sequence[RunRecord], modes: Sequence[str]) -> Summary:
+    """Sums per category in first-seen order, then the overall sums."""
+    summary: Summary = {}
+    for record in records:
+        for key in (record.category, OVERALL):
+            table = summary.setdefault(key, {m: ModeSummary(m) for m in modes})
+            table.setdefault(record.mode, ModeSummary(record.mode)).add(record)
+    if OVERALL in summary:
+        summary[OVERALL] = summary.pop(OVERALL)  # keep it last
+    return summary
+
+
+def summary_to_dict(summary: Summary) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for category, by_mode in summary.items():
+        base = by_mode.get(BASELINE)
+        out[category] = {mode: s.to_dict(base) for mode, s in by_mode.items()}
+    return out
+
+
+def to_json(result: BenchResult, modes: Sequence[str], settings: dict[str, Any]) -> dict[str, Any]:
+    """Everything a later analysis needs: settings, every run, the sums, what was skipped."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "settings": settings,
+        "modes": list(modes),
+        "interrupted": result.interrupted,
+        "skipped": [s.__dict__ for s in result.skipped],
+        "records": [r.to_dict() for r in result.records],
+        "summary": summary_to_dict(summarize(result.records, modes)),
+    }
+
+
+def render(console: Console, summary: Summary, greedy: bool) -> None:
+    """One table per category, then the overall one (n: prompts; accepted: accepted share
+    of the drafted tokens; greedy=off: answers identical to off's)."""
+    for category, by_mode in summary.items():
+        console.print(_table(category, by_mode, greedy))
+    overall = summary.get(OVERALL)
+    if overall and BASELINE in overall:
+        base = overall[BASELINE]
+        rate = base.prompt_tokens / base.prompt_seconds if base.prompt_seconds else 0.0
+        console.print(f"prefill (timed apart, not in the speeds above): {base.prompt_tokens} "
+                      f"prompt tokens per mode, {rate:.0f} tok/s in mode off")
+
+
+def _table(category: str, by_mode: dict[str, ModeSummary], greedy: bool) -> Table:
+    # No vertical rules: eight columns must fit in 80 characters when piped to a file.
+    table = Table(title=category, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("mode", "n", "tokens", "tok/s", "speedup", "tok/step", "accepted",
+                 "greedy=off"):
+        table.add_column(name, justify="left" if name == "mode" else "right", no_wrap=True)
+    base = by_mode.get(BASELINE)
+    for mode, s in by_mode.items():
+        if not s.prompts:
+            continue
+        speedup = s.speedup(base) if base is not None else None
+        table.add_row(
+            mode, str(s.prompts), str(s.generated), _num(s.tokens_per_second, "{:.1f}"),
+            _num(speedup, "{:.2f}x"), _num(s.tokens_per_step, "{:.2f}"), _acceptance(s),
+            _greedy_cell(s, mode, greedy),
+        )
+    notes = [_divergence_note(s) for s in by_mode.values() if s.divergences]
+    if notes:
+        # Kept out of the cells so that the table stays narrow enough for 80 columns.
+        table.caption = "\n".join(notes)
+        table.caption_justify = "left"
+    return table
+
+
+def _acceptance(s: ModeSummary) -> str:
+    if not s.drafted:
+        return "-"
+    return f"{s.accepted / s.drafted:.0%} of {s.drafted}"
+
+
+def _greedy_cell(s: ModeSummary, mode: str, greedy: bool) -> str:
+    if mode == BASELINE:
+        return "-"
+    return f"{s.matched}/{s.compared}" if greedy else "n/a"
+
+
+def _divergence_note(s: ModeSummary) -> str:
+    shown = ", ".join(f"{q}@{i}" for q, i in s.divergences[:SHOWN_DIVERGENCES])
+    more = len(s.divergences) - SHOWN_DIVERGENCES
+    return (f"{s.mode} differs from off (question@first token): {shown}"
+            f"{f' and {more} more' if more > 0 else ''}")
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)

@@ -1,0 +1,220 @@
+"""Runs every prompt through every mode in one process and records what each run did.
+
+Fairness rules, because a 2-core machine shared with other work drifts by 10-20% over minutes:
+- the order of modes rotates from prompt to prompt, so drift hits every mode alike;
+- both caches are emptied before every run, so every mode pays the same full prefill and no
+  mode profits from a prefix the previous mode left behind;
+- speed is taken from the engine's own split of prefill and decode time (Stats), never from
+  wall time that includes the prompt;
+- a short warm-up in every mode comes first, so page faults and lazy allocations of the first
+  call are not charged to whichever mode happens to run first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specchat.bench.prompts import BenchPrompt
+from specchat.engine.events import Chunk, Finished
+from specchat.engine.options import SPEC_MODES, GenerationOptions
+from specchat.engine.protocol import common_prefix
+from specchat.errors import UsageError
+from specchat.runtime import Runtime
+
+BASELINE = "off"
+WARMUP_TOKENS = 8
+
+
+@dataclass
+class RunRecord:
+    """One prompt answered in one mode; `tokens` is kept to compare greedy outputs."""
+
+    question_id: str
+    category: str
+    mode: str
+    position: int  # where this mode ran in the prompt's rotation (0 = first)
+    prompt_tokens: int
+    generated: int
+    prompt_seconds: float
+    decode_seconds: float
+    wall_seconds: float  # whole call, prefill included, from the injected clock
+    first_chunk_seconds: float  # call start to the first streamed text
+    steps: int
+    drafted: int
+    accepted: int
+    finish_reason: str
+    tokens: list[int]
+    text: str
+    stats: dict[str, Any]
+    matched_off: bool | None = None  # None for `off` itself and for sampled runs
+    first_divergence: int | None = None  # token index of the first difference from `off`
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Skipped:
+    question_id: str
+    category: str
+    reason: str
+
+
+@dataclass
+class BenchResult:
+    records: list[RunRecord] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    interrupted: bool = False
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the progress display is told: a run is starting (record None) or has finished."""
+
+    prompt: BenchPrompt
+    mode: str
+    record: RunRecord | None = None
+
+
+Listener = Callable[[Step], None]
+Clock = Callable[[], float]
+
+
+def parse_modes(value: str | None, default: Sequence[str]) -> list[str]:
+    """Validated, de-duplicated modes with the `off` baseline always first."""
+    asked = [m.strip() for m in value.split(",") if m.strip()] if value else list(default)
+    unknown = [m for m in asked if m not in SPEC_MODES]
+    if unknown:
+        raise UsageError(f"unknown mode{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                         f"choose from {', '.join(SPEC_MODES)}")
+    return [BASELINE, *dict.fromkeys(m for m in asked if m != BASELINE)]
+
+
+def mode_order(modes: Sequence[str], index: int) -> list[str]:
+    """Modes rotated by the prompt index: each mode runs first equally often."""
+    if not modes:
+        return []
+    shift = index % len(modes)
+    return [*modes[shift:], *modes[:shift]]
+
+
+def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], modes: Sequence[str],
+              options: GenerationOptions, *, listener: Listener | None = None,
+              warmup: bool = True, clock: Clock = time.perf_counter) -> BenchResult:
+    """Answer every prompt in every mode; Ctrl-C keeps the prompts already complete."""
+    result = BenchResult()
+    tokenized = _tokenize_all(runtime, prompts, options.max_tokens, result)
+    try:
+        if warmup and tokenized:
+            _warm_up(runtime, tokenized, modes, options)
+        for index, (prompt, tokens) in enumerate(tokenized):
+            runs = [_run_one(runtime, prompt, tokens, mode, position, options, clock, listener)
+                    for position, mode in enumerate(mode_order(modes, index))]
+            mark_greedy_matches(runs, greedy=options.sampling.greedy)
+            result.records.extend(runs)
+    except KeyboardInterrupt:
+        # The prompt in flight is dropped whole: a prompt missing a mode would bias sums.
+        result.interrupted = True
+    return result
+
+
+def _tokenize_all(runtime: Runtime, prompts: Sequence[BenchPrompt], max_tokens: int,
+                  result: BenchResult) -> list[tuple[BenchPrompt, list[int]]]:
+    """Chat-template every prompt; ones that leave no room for max_tokens are skipped."""
+    n_ctx = runtime.target.n_ctx
+    kept: list[tuple[BenchPrompt, list[int]]] = []
+    for prompt in prompts:
+        tokens = runtime.chat_tokens([{"role": "user", "content": prompt.text}])
+        if len(tokens) + max_tokens > n_ctx:
+            result.skipped.append(Skipped(
+                prompt.question_id, prompt.category,
+                f"{len(tokens)} prompt tokens + {max_tokens} new exceed --ctx {n_ctx}"))
+            continue
+        kept.append((prompt, tokens))
+    return kept
+
+
+def _warm_up(runtime: Runtime, tokenized: Sequence[tuple[BenchPrompt, list[int]]],
+             modes: Sequence[str], options: GenerationOptions) -> None:
+    """A few tokens of the shortest prompt in every mode; nothing is recorded."""
+    _, tokens = min(tokenized, key=lambda item: len(item[1]))
+    short = options.with_values(max_tokens=min(WARMUP_TOKENS, options.max_tokens))
+    for mode in modes:
+        _reset_caches(runtime)
+        _consume(runtime.stream(tokens, short.with_values(spec=mode)))
+
+
+def _run_one(runtime: Runtime, prompt: BenchPrompt, tokens: list[int], mode: str,
+             position: int, options: GenerationOptions, clock: Clock,
+             listener: Listener | None) -> RunRecord:
+    if listener:
+        listener(Step(prompt, mode))
+    _reset_caches(runtime)
+    start = clock()
+    first: float | None = None
+    finished: Finished | None = None
+    for event in _guarded(runtime.stream(tokens, options.with_values(spec=mode))):
+        if isinstance(event, Chunk) and first is None:
+            first = clock()
+        elif isinstance(event, Finished):
+            finished = event
+    end = clock()
+    if finished is None:
+        raise RuntimeError(f"the engine ended {mode} run of {prompt.question_id} without "
+                           "a Finished event")
+    record = _record(prompt, mode, position, finished, wall=end - start,
+                     first=(first if first is not None else end) - start)
+    if listener:
+        listener(Step(prompt, mode, record))
+    return record
+
+
+def _record(prompt: BenchPrompt, mode: str, position: int, finished: Finished,
+            wall: float, first: float) -> RunRecord:
+    stats = finished.stats
+    return RunRecord(
+        question_id=prompt.question_id, category=prompt.category, mode=mode,
+        position=position, prompt_tokens=stats.prompt_tokens, generated=stats.generated,
+        prompt_seconds=stats.prompt_seconds, decode_seconds=stats.decode_seconds,
+        wall_seconds=wall, first_chunk_seconds=first, steps=stats.steps,
+        drafted=stats.drafted, accepted=stats.accepted, finish_reason=finished.reason,
+        tokens=list(finished.tokens), text=finished.text, stats=stats.to_dict(),
+    )
+
+
+def mark_greedy_matches(runs: Sequence[RunRecord], greedy: bool) -> None:
+    """Compare each mode's tokens with `off`'s; sampled runs are not expected to match."""
+    base = next((r for r in runs if r.mode == BASELINE), None)
+    if base is None or not greedy:
+        return
+    for run in runs:
+        if run is base:
+            continue
+        run.matched_off = run.tokens == base.tokens
+        run.first_divergence = None if run.matched_off else common_prefix(run.tokens,
+                                                                          base.tokens)
+
+
+def _reset_caches(runtime: Runtime) -> None:
+    runtime.target.truncate(0)
+    if runtime.draft is not None:
+        runtime.draft.truncate(0)
+
+
+def _guarded(events: Iterator[Any]) -> Iterator[Any]:
+    """Iterate, and close the engine's generator however we leave (its finally restores
+    the caches)."""
+    try:
+        yield from events
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+
+
+def _consume(events: Iterator[Any]) -> None:
+    for _ in _guarded(events):
+        pass
