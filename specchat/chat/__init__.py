@@ -1,0 +1,1 @@
+"""The terminal chat: conversation state, persistence, slash commands, REPL, rendering."""
