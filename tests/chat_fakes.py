@@ -91,8 +91,9 @@ def session(tmp: Path, rt: Runtime | None = None, streams: Streams | None = None
             **opts: object) -> tuple[ChatSession, Streams]:
     streams = streams or Streams()
     config = RenderConfig(rich=False, markdown=False, show_draft=False, summary=True)
-    renderer = Renderer(config, streams.out, streams.err)
     rt = rt or runtime()
+    renderer = Renderer(config, streams.out, streams.err, draft_name=rt.info.draft_name,
+                        token_bytes=rt.target.token_bytes)
     chat = ChatSession(runtime=rt, options=options(**opts), renderer=renderer,
                        store=Store(tmp / "conv.jsonl", meta={"model": "fake"}))
     return chat, streams

@@ -75,7 +75,7 @@ def status_text(stats: Stats | None, draft_name: str | None) -> str:
         acc = stats.acceptance
         parts.append(f"acc {acc:.0%}" if acc is not None else "acc –")
         parts.append(f"{stats.tokens_per_step:.2f} tok/step")
-    parts.append(f"{stats.tokens_per_second:.1f} tok/s")
+    parts.append(f"{_speed(stats.tokens_per_second)} tok/s")
     est = speedup_estimate(stats)
     if est is not None:
         parts.append(f"≈{est:.2f}x est.")
@@ -84,10 +84,10 @@ def status_text(stats: Stats | None, draft_name: str | None) -> str:
 
 def summary_text(stats: Stats, draft_name: str | None, reason: str | None) -> str:
     """The compact line that stays after an answer."""
-    parts = [f"{stats.generated} tok", f"{stats.tokens_per_second:.1f} tok/s",
+    parts = [f"{stats.generated} tok", f"{_speed(stats.tokens_per_second)} tok/s",
              _mode_label(stats.mode, draft_name)]
     if stats.drafted:
-        parts.append(f"acc {stats.acceptance or 0:.0%} ({stats.accepted}/{stats.drafted})")
+        parts.append(f"acc {stats.acceptance or 0:.0%}")
     if stats.mode != "off":
         parts.append(f"{stats.tokens_per_step:.2f} tok/step")
     est = speedup_estimate(stats)
@@ -97,6 +97,10 @@ def summary_text(stats: Stats, draft_name: str | None, reason: str | None) -> st
     parts.append(f"prompt +{new} tok {stats.prompt_seconds * 1000:.0f} ms")
     line = " · ".join(parts)
     return f"{line} · {REASONS[reason]}" if reason in REASONS else line
+
+
+def _speed(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
 
 
 def _mode_label(mode: str, draft_name: str | None) -> str:

@@ -1,0 +1,155 @@
+"""The prompt-toolkit REPL: reading lines, multi-line input, completion, the main loop.
+
+Keys: Enter sends; Esc then Enter inserts a newline; a message that starts with \"\"\" goes on
+until the closing \"\"\"; bracketed paste inserts pasted newlines without sending. Ctrl-C
+clears a non-empty line and leaves on an empty one (exit 130); Ctrl-D on an empty line
+leaves with 0. Ctrl-C during an answer is handled by ChatSession.ask (the answer stops).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
+from prompt_toolkit.document import Document
+from prompt_toolkit.filters import Condition
+from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+from prompt_toolkit.input import Input
+from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from prompt_toolkit.output import Output
+
+from specchat.chat.commands import COMMANDS, ExitChat, dispatch, is_command, lookup
+from specchat.chat.session import ChatSession
+from specchat.errors import EXIT_INTERRUPTED, SpecchatError
+
+PROMPT = ">>> "
+CONTINUATION = "... "
+FENCE = '"""'
+
+
+def in_open_block(text: str) -> bool:
+    """True while a \"\"\" block has been opened and not yet closed."""
+    return text.lstrip().startswith(FENCE) and text.count(FENCE) % 2 == 1
+
+
+def clean_message(text: str) -> str:
+    """The message to send: a \"\"\"...\"\"\" block loses its fences; outer blank lines go."""
+    stripped = text.strip()
+    if stripped.startswith(FENCE) and stripped.endswith(FENCE) and len(stripped) >= 6:
+        return stripped[3:-3].strip("\n")
+    return stripped
+
+
+class SlashCompleter(Completer):
+    """Completion for slash commands and their arguments, read from the command table."""
+
+    def __init__(self, chat: ChatSession) -> None:
+        self.chat = chat
+        self.paths = PathCompleter(expanduser=True)
+
+    def get_completions(self, document: Document, complete_event: CompleteEvent
+                        ) -> Iterable[Completion]:
+        text = document.text_before_cursor
+        if not is_command(text) or "\n" in text:
+            return
+        words = text[1:].split(" ")
+        if len(words) == 1:
+            for cmd in COMMANDS:
+                if cmd.name.startswith(words[0].lower()):
+                    yield Completion(cmd.name, start_position=-len(words[0]),
+                                     display_meta=cmd.help)
+            return
+        cmd = lookup(words[0])
+        if cmd is None:
+            return
+        if cmd.name in ("load", "save"):
+            sub = Document(text.split(" ", 1)[1])
+            yield from self.paths.get_completions(sub, complete_event)
+            return
+        if cmd.complete is None:
+            return
+        current = words[-1]
+        for candidate in cmd.complete(self.chat, words[1:]):
+            if candidate.startswith(current):
+                yield Completion(candidate, start_position=-len(current))
+
+
+def key_bindings() -> KeyBindings:
+    kb = KeyBindings()
+    block_open = Condition(lambda: _current_text_in_block())
+
+    @kb.add("enter", filter=~block_open)
+    def _send(event: KeyPressEvent) -> None:
+        event.current_buffer.validate_and_handle()
+
+    @kb.add("enter", filter=block_open)
+    @kb.add("escape", "enter")
+    def _newline(event: KeyPressEvent) -> None:
+        event.current_buffer.insert_text("\n")
+
+    @kb.add("c-c")
+    def _interrupt(event: KeyPressEvent) -> None:
+        buffer = event.current_buffer
+        if buffer.text:
+            buffer.reset()  # like a shell: Ctrl-C abandons the line, not the session
+        else:
+            event.app.exit(exception=KeyboardInterrupt, style="class:aborting")
+
+    return kb
+
+
+def _current_text_in_block() -> bool:
+    from prompt_toolkit.application.current import get_app
+
+    return in_open_block(get_app().current_buffer.text)
+
+
+def make_prompt(chat: ChatSession, *, history_path: Path | None,
+                input: Input | None = None, output: Output | None = None
+                ) -> PromptSession[str]:
+    history: History = InMemoryHistory()
+    if history_path is not None:
+        try:
+            history_path.parent.mkdir(parents=True, exist_ok=True)
+            history = FileHistory(str(history_path))
+        except OSError as exc:
+            chat.renderer.note(f"input history not kept ({history_path}: {exc.strerror})")
+    return PromptSession(
+        message=PROMPT, multiline=True, prompt_continuation=CONTINUATION,
+        history=history, completer=SlashCompleter(chat), complete_while_typing=True,
+        key_bindings=key_bindings(), enable_history_search=False,
+        input=input, output=output,
+    )
+
+
+def run(chat: ChatSession, prompt: PromptSession[str]) -> int:
+    """The loop; returns the exit code (0 for Ctrl-D and /bye, 130 for Ctrl-C)."""
+    while True:
+        try:
+            text = prompt.prompt()
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
+        except EOFError:
+            return 0
+        message = clean_message(text)
+        if not message:
+            continue
+        try:
+            handle(chat, message)
+        except ExitChat as exc:
+            return exc.code
+        except KeyboardInterrupt:
+            chat.renderer.note("interrupted")
+        except SpecchatError as exc:
+            chat.renderer.error(str(exc))
+        except Exception as exc:  # a bug or a C-level failure: one line, the chat goes on
+            chat.report(exc)
+
+
+def handle(chat: ChatSession, message: str) -> None:
+    if is_command(message):
+        dispatch(chat, message)
+    else:
+        chat.ask(message[1:] if message.startswith("//") else message)
