@@ -1,9 +1,175 @@
-"""The `chat` command(s). (Filled in by its issue; registers nothing until then.)"""
+"""`specchat chat` (the REPL, or one answer when stdin is piped) and `specchat history`."""
 
 from __future__ import annotations
 
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional, TextIO
+
 import typer
+from prompt_toolkit.output import Output, create_output
+
+from specchat.chat import repl
+from specchat.chat.conversation import Conversation
+from specchat.chat.render import Renderer, RenderConfig
+from specchat.chat.session import ChatSession, ErrorLog
+from specchat.chat.store import (Store, history_file, latest_file, load_conversation,
+                                 state_dir, summaries)
+from specchat.commands import common as c
+from specchat.engine.options import GenerationOptions
+from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
+from specchat.runtime import Runtime, open_runtime
+
+D = c.DEFAULTS
+S = D.sampling
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the app."""
+    app.command("chat", help="Chat in the terminal (piped stdin: answer it once and exit).")(
+        chat)
+    app.command("history", help="List saved conversations, newest first.")(history)
+
+
+def chat(
+    continue_: Annotated[bool, typer.Option("--continue", "-c", help="Resume the last "
+                         "conversation.")] = False,
+    load: Annotated[Optional[Path], typer.Option("--load", help="Resume a saved conversation "
+                    "file (new turns go to a new file).", dir_okay=False)] = None,
+    system: c.System = None, model: c.Model = None, draft: c.Draft = None,
+    spec: c.Spec = D.spec, draft_max: c.DraftMax = D.draft_max,
+    temperature: c.Temperature = S.temperature, top_k: c.TopK = S.top_k,
+    top_p: c.TopP = S.top_p, min_p: c.MinP = S.min_p,
+    repeat_penalty: c.RepeatPenalty = S.repeat_penalty,
+    repeat_last_n: c.RepeatLastN = S.repeat_last_n, seed: c.Seed = None,
+    max_tokens: c.MaxTokens = D.max_tokens, stop: c.Stop = None, ctx: c.Ctx = 4096,
+    n_gpu_layers: c.GpuLayers = None, threads: c.Threads = None,
+    show_draft: Annotated[bool, typer.Option("--show-draft", help="Colour the tokens that "
+                          "came from the draft.")] = False,
+    plain: Annotated[bool, typer.Option("--plain", help="No Markdown rendering of "
+                     "answers.")] = False,
+    verbose: c.Verbose = False,
+) -> None:
+    options = c.generation_options(
+        temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed,
+        max_tokens=max_tokens, stop=stop, spec=spec, draft_max=draft_max)
+    flags = c.ModelFlags(model=model, draft=draft, spec=spec, ctx=ctx,
+                         n_gpu_layers=n_gpu_layers, threads=threads, verbose=verbose)
+    errors = open_error_log() if verbose else ErrorLog()
+    if continue_ and load is not None:
+        raise UsageError("--continue and --load both pick a conversation: give one")
+    piped = not sys.stdin.isatty()
+    question = sys.stdin.buffer.read().decode("utf-8", errors="replace") if piped else ""
+    if piped and not question.strip():
+        return  # `specchat chat < /dev/null`: nothing asked, nothing to do
+    conversation, store = pick_conversation(continue_, load)  # a bad file fails before loading
+    try:
+        with open_runtime(flags.settings(quiet=piped)) as runtime:
+            session = make_session(runtime, options, conversation, store, errors,
+                                   plain=plain, show_draft=show_draft)
+            apply_system(session, system)
+            code = one_shot(session, question) if piped else interactive(session)
+    except (SpecchatError, KeyboardInterrupt, typer.Exit):
+        raise
+    except Exception as exc:  # keep tracebacks out of the terminal; --verbose logs them
+        errors.record(exc)
+        raise SpecchatError(f"{type(exc).__name__}: {exc} ({errors.hint()})") from None
+    if code:
+        raise typer.Exit(code)
+
+
+def pick_conversation(continue_: bool, load: Path | None) -> tuple[Conversation, Store]:
+    """--continue appends to the last file; --load starts a new file from the given one."""
+    if continue_:
+        path = latest_file()
+        if path is None:
+            raise UsageError("no saved conversation to continue (specchat history lists them)")
+        return load_conversation(path), Store(path)
+    if load is not None:
+        conversation = load_conversation(load)
+        store = Store(meta={"loaded_from": str(load)})
+        store.seed(conversation)
+        return conversation, store
+    return Conversation(), Store()
+
+
+def make_session(runtime: Runtime, options: GenerationOptions, conversation: Conversation,
+                 store: Store, errors: ErrorLog, *, plain: bool, show_draft: bool
+                 ) -> ChatSession:
+    config = RenderConfig.detect(sys.stdout, sys.stderr, plain=plain, show_draft=show_draft)
+    renderer = Renderer(config, sys.stdout, sys.stderr, draft_name=runtime.info.draft_name,
+                        token_bytes=runtime.target.token_bytes)
+    store.meta.update({"model": runtime.info.target_name, "draft": runtime.info.draft_name})
+    options = runtime.effective_options(options)
+    return ChatSession(runtime=runtime, options=options, renderer=renderer,
+                       conversation=conversation, store=store, errors=errors)
+
+
+def apply_system(session: ChatSession, system: str | None) -> None:
+    """--system replaces the conversation's; recorded only when it changes something."""
+    if system is None or system == session.conversation.system:
+        return
+    if session.store.path.exists():
+        session.set_system(system)
+    else:
+        session.conversation.system = system
+        session.store.seed(session.conversation)  # written with the first turn
+
+
+def one_shot(session: ChatSession, question: str) -> int:
+    turn = session.ask(question.rstrip("\n"))
+    return EXIT_INTERRUPTED if turn is None or turn.interrupted else 0
+
+
+def interactive(session: ChatSession) -> int:
+    info = session.runtime.info
+    model = info.target_name + (f" + draft {info.draft_name}" if info.draft_name else "")
+    conv = session.conversation
+    if conv.turns or conv.system:
+        session.renderer.replay(conv.system, conv.turns)
+    session.renderer.dim(f"specchat · {model} · mode {session.options.spec} · "
+                         "/help for commands · Ctrl-D leaves")
+    prompt = repl.make_prompt(session, history_path=history_file(), output=_prompt_output())
+    return repl.run(session, prompt)
+
+
+def _prompt_output() -> Output:
+    """Draw the prompt on the terminal, preferring stderr, so stdout holds only answers."""
+    stream: TextIO | None = sys.stderr if sys.stderr.isatty() else None
+    if stream is None and sys.stdout.isatty():
+        stream = sys.stdout
+    return create_output(stdout=stream or sys.stderr)
+
+
+def open_error_log() -> ErrorLog:
+    path = state_dir() / "logs" / time.strftime("specchat-%Y%m%d-%H%M%S.log")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(path, encoding="utf-8")
+    except OSError as exc:
+        print(f"specchat: cannot open a log file at {path}: {exc.strerror}", file=sys.stderr)
+        return ErrorLog()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # A logger of its own per log file: a second session in one process never writes twice.
+    logger = logging.getLogger(f"specchat.chat.{path.stem}")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    print(f"specchat: verbose log: {path}", file=sys.stderr)
+    return ErrorLog(path, logger)
+
+
+def history(
+    limit: Annotated[int, typer.Option("--limit", "-n", help="How many to list.")] = 20,
+) -> None:
+    rows = list(summaries(limit))
+    if not rows:
+        print("no saved conversations yet", file=sys.stderr)
+        return
+    for i, row in enumerate(rows, 1):
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.modified))
+        first = row.first if len(row.first) <= 50 else row.first[:49] + "…"
+        print(f"{i:>3}  {when}  {row.turns:>3} turns  {row.model or '?':<18}  {first}")
+        print(f"     {row.path}")
