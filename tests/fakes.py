@@ -28,6 +28,7 @@ class FakeModel:
         scale: float = 2.0,
         pieces: Sequence[bytes] | None = None,
         logits_fn: Callable[[Sequence[int]], np.ndarray] | None = None,
+        support: Sequence[int] | None = None,
     ) -> None:
         self._n_vocab = n_vocab
         self._n_ctx = n_ctx
@@ -40,6 +41,13 @@ class FakeModel:
             bytes([ord("a") + i % 26]) for i in range(n_vocab)
         ]
         self._logits_fn = logits_fn
+        # Tokens outside `support` get -inf logits (probability exactly 0), e.g. for a draft
+        # whose support is disjoint from the target's.
+        self._mask: np.ndarray | None = None
+        if support is not None:
+            self._mask = np.full(n_vocab, -np.inf, dtype=np.float32)
+            self._mask[list(support)] = 0.0
+        self._memo: dict[tuple[int, ...], np.ndarray] = {}  # tail -> logits (a pure function)
         self.evaluated = 0  # total tokens ever passed to eval
         self.eval_calls: list[int] = []  # batch sizes, in order
 
@@ -67,13 +75,19 @@ class FakeModel:
         rows = [r + n if r < 0 else r for r in logit_rows]
         if any(not 0 <= r < n for r in rows):
             raise IndexError(f"logit rows {list(logit_rows)} outside a batch of {n}")
-        base = list(self._tokens)
-        out = np.stack([self.logits_for(base + list(tokens[: r + 1])) for r in rows]) if rows \
-            else np.zeros((0, self._n_vocab), dtype=np.float32)
+        # Built-in logits see only the last `order` tokens: pass just that tail, so long
+        # contexts cost O(1) per row instead of a copy of the whole context.
+        if self._logits_fn is not None:
+            base = list(self._tokens)
+        else:
+            base = self._tokens[-self.order:] if self.order else []
+        out = np.empty((len(rows), self._n_vocab), dtype=np.float32)
+        for i, r in enumerate(rows):
+            out[i] = self._logits(base + list(tokens[: r + 1]))
         self._tokens.extend(int(t) for t in tokens)
         self.evaluated += n
         self.eval_calls.append(n)
-        return out.astype(np.float32)
+        return out
 
     def truncate(self, n: int) -> None:
         del self._tokens[max(n, 0):]
@@ -84,9 +98,22 @@ class FakeModel:
     # --- exact distributions -------------------------------------------------------------
     def logits_for(self, context: Sequence[int]) -> np.ndarray:
         """Logits of the next token after `context` (the whole sequence, position 0 first)."""
+        return self._logits(context).copy()
+
+    def _logits(self, context: Sequence[int]) -> np.ndarray:
+        """logits_for without the copy (memoized rows are shared and read-only)."""
         if self._logits_fn is not None:
-            return np.asarray(self._logits_fn(context), dtype=np.float32)
+            out = np.asarray(self._logits_fn(context), dtype=np.float32)
+            return out if self._mask is None else out + self._mask
         tail = list(context[-self.order:]) if self.order else []
         tail = [self._n_vocab] * (self.order - len(tail)) + tail
-        rng = np.random.default_rng([self.seed, *tail])
-        return (rng.standard_normal(self._n_vocab) * self.scale).astype(np.float32)
+        key = tuple(int(t) for t in tail)
+        cached = self._memo.get(key)
+        if cached is None:
+            rng = np.random.default_rng([self.seed, *tail])
+            cached = (rng.standard_normal(self._n_vocab) * self.scale).astype(np.float32)
+            if self._mask is not None:
+                cached = cached + self._mask
+            cached.setflags(write=False)  # shared by every caller: keep it immutable
+            self._memo[key] = cached
+        return cached

@@ -48,12 +48,16 @@ class GenerationOptions:
     stop: tuple[str, ...] = ()
     spec: str = "auto"
     draft_max: int = 16
+    # Prompt lookup drafts only from an earlier n-gram match at least this long: 1-token
+    # matches are mostly noise and lose on slow CPUs (PHYSICS.md). `auto` uses at least 3.
+    draft_min_match: int = 2
 
     def __post_init__(self) -> None:
         _check(self.max_tokens >= 1, "max_tokens must be >= 1")
         _check(self.spec in SPEC_MODES, f"spec must be one of {', '.join(SPEC_MODES)}")
         _check(0 <= self.draft_max <= 64, "draft_max must be in [0, 64]")
         _check(all(self.stop), "stop strings must not be empty")
+        _check(1 <= self.draft_min_match <= 16, "draft_min_match must be in [1, 16]")
 
     def with_values(self, **values: Any) -> GenerationOptions:
         """A copy with some fields replaced; sampling fields may be given flat."""

@@ -1,0 +1,221 @@
+"""Drafters: cheap guesses of the next few tokens, which the target then verifies.
+
+A drafter sees the committed context (prompt + answer so far) and proposes up to k tokens,
+with the distribution q each was drawn from (None when the proposal is a deterministic
+function of the context, i.e. a one-hot q, as in prompt lookup). After the loop commits a
+step it calls `rollback(context)`; on any exit it calls `reset(context)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from specchat.engine.options import SamplingOptions
+from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefix
+from specchat.engine.sampling import greedy_token, probs, recent_window, sample
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Proposed tokens, and the rows they were sampled from (None: one-hot)."""
+
+    tokens: tuple[int, ...] = ()
+    q: tuple[np.ndarray, ...] | None = None
+
+
+EMPTY_DRAFT = Draft()
+
+
+class Drafter(Protocol):
+    def prepare(self, context: Sequence[int]) -> None:
+        """Take in the prompt before decoding starts (timed with the prompt)."""
+        ...
+
+    def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
+        """Up to k tokens that may follow `context` (fewer, or none, is allowed)."""
+        ...
+
+    def rollback(self, context: Sequence[int]) -> None:
+        """The loop committed `context`; drop whatever state went beyond it."""
+        ...
+
+    def reset(self, context: Sequence[int]) -> None:
+        """Make the state consistent with `context` trusting nothing (after an exception)."""
+        ...
+
+
+def fill_cache(model: LogitsModel, tokens: Sequence[int]) -> int:
+    """Make the cache hold exactly `tokens`, reusing the cached common prefix.
+
+    Returns how many tokens were evaluated. One logits row is asked for and thrown away:
+    it costs nothing and spares backends a zero-row request.
+    """
+    keep = common_prefix(model.tokens, tokens)
+    model.truncate(keep)
+    if keep < len(tokens):
+        model.eval(list(tokens[keep:]), [-1])
+    return len(tokens) - keep
+
+
+class DraftModelDrafter:
+    """Samples k tokens from a small model's warped distribution q, keeping every q row.
+
+    Its cache is reused across steps: it holds a prefix of the committed context, so each
+    step evaluates only the tokens it has not seen (typically the previous step's correction
+    or bonus token, plus the last accepted draft).
+    """
+
+    def __init__(self, model: LogitsModel, sampling: SamplingOptions) -> None:
+        self.model = model
+        self.sampling = sampling
+        self._known: int | None = None  # cache == context[:_known], when known
+        # After a completed propose the cache is exactly context[:_base] + _extra, which lets
+        # rollback cut back without comparing the whole context.
+        self._drafted = False
+        self._base = 0
+        self._extra: list[int] = []
+
+    def prepare(self, context: Sequence[int]) -> None:
+        # Everything but the last token: propose() evaluates that one to get q1.
+        if 1 < len(context) <= self.model.n_ctx:
+            fill_cache(self.model, context[:-1])
+            self._known = len(context) - 1
+        else:
+            self._known = None
+
+    def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
+        # The cache will end at len(context) + k - 1 (the last draft is never evaluated).
+        k = min(k, self.model.n_ctx - len(context) + 1)
+        if k <= 0 or not context:
+            return EMPTY_DRAFT
+        try:
+            return self._draft(context, k, rng)
+        except ContextFullError:
+            return EMPTY_DRAFT  # the cache is whatever it is; rollback will compare
+
+    def _draft(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
+        model, opts = self.model, self.sampling
+        keep = common_prefix(model.tokens, context) if self._known is None else self._known
+        keep = min(keep, len(context) - 1)
+        self._known, self._drafted, self._base, self._extra = None, False, len(context), []
+        model.truncate(keep)
+        logits = model.eval(list(context[keep:]), [-1])[0]
+        tokens: list[int] = []
+        rows: list[np.ndarray] = []
+        eog = model.eog_tokens
+        while True:
+            recent = recent_window(context, tokens, opts.repeat_last_n)
+            if opts.greedy:
+                token = greedy_token(logits, recent, opts)
+            else:
+                q = probs(logits, recent, opts)
+                token = sample(q, rng)
+                rows.append(q)
+            tokens.append(token)
+            # Nothing useful can follow an end-of-generation token.
+            if len(tokens) == k or token in eog:
+                break
+            logits = model.eval([token], [-1])[0]
+            self._extra.append(token)
+        self._drafted = True
+        return Draft(tuple(tokens), None if opts.greedy else tuple(rows))
+
+    def rollback(self, context: Sequence[int]) -> None:
+        if self._known is not None:
+            return  # nothing was evaluated since the cache last matched the context
+        if not self._drafted or len(context) < self._base:
+            self.reset(context)
+            return
+        # Cut back to the accepted prefix: only the drafts evaluated past _base can differ.
+        tail = context[self._base: self._base + len(self._extra)]
+        keep = self._base + common_prefix(self._extra, tail)
+        self.model.truncate(keep)
+        self._known, self._drafted, self._extra = keep, False, []
+
+    def reset(self, context: Sequence[int]) -> None:
+        keep = common_prefix(self.model.tokens, context)
+        self.model.truncate(keep)
+        self._known, self._drafted, self._extra = keep, False, []
+
+
+class NgramIndex:
+    """The most recent earlier occurrence of every n-gram (min_n <= n <= max_n).
+
+    An n-gram is indexed only once a token follows it, so a lookup of the context's own
+    suffix finds an earlier occurrence with a continuation, never itself. Appending costs
+    O(max_n - min_n + 1) dict updates; a lookup the same: no rescan of long contexts.
+    """
+
+    def __init__(self, min_n: int = 2, max_n: int = 4) -> None:
+        if not 1 <= min_n <= max_n:
+            raise ValueError(f"need 1 <= min_n <= max_n, got {min_n}, {max_n}")
+        self.min_n = min_n
+        self.max_n = max_n
+        self.tokens: list[int] = []
+        self._next: dict[tuple[int, ...], int] = {}  # n-gram -> where its continuation starts
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def append(self, token: int) -> None:
+        toks, j = self.tokens, len(self.tokens)
+        for n in range(self.min_n, min(self.max_n, j) + 1):
+            self._next[tuple(toks[j - n: j])] = j
+        toks.append(int(token))
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        for t in tokens:
+            self.append(t)
+
+    def match(self) -> tuple[int, int]:
+        """(n, start) for the longest suffix n-gram seen before; start is where its most
+        recent earlier occurrence continues. (0, -1) when there is none."""
+        toks, size = self.tokens, len(self.tokens)
+        for n in range(min(self.max_n, size - 1), self.min_n - 1, -1):
+            start = self._next.get(tuple(toks[size - n:]))
+            if start is not None:
+                return n, start
+        return 0, -1
+
+    def continuation(self, k: int) -> list[int]:
+        """Up to k tokens that followed the longest earlier match of the suffix."""
+        n, start = self.match()
+        return self.tokens[start: start + k] if n else []
+
+
+class PromptLookupDrafter:
+    """Proposes what followed the longest recent n-gram match in the whole context.
+
+    The proposal is a deterministic function of the context, so q is one-hot (None).
+    """
+
+    def __init__(self, min_match: int = 2, max_match: int = 4) -> None:
+        self.index = NgramIndex(min_match, max(min_match, max_match))
+
+    def prepare(self, context: Sequence[int]) -> None:
+        self._sync(context)
+
+    def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
+        if k <= 0:
+            return EMPTY_DRAFT
+        self._sync(context)
+        return Draft(tuple(self.index.continuation(k)), None)
+
+    def rollback(self, context: Sequence[int]) -> None:
+        return None  # the index only ever holds committed tokens
+
+    def reset(self, context: Sequence[int]) -> None:
+        return None
+
+    def _sync(self, context: Sequence[int]) -> None:
+        idx = self.index
+        n = len(idx)
+        # The context only grows during an answer; anything else means start over.
+        if n > len(context) or (n and context[n - 1] != idx.tokens[-1]):
+            self.index = idx = NgramIndex(idx.min_n, idx.max_n)
+            n = 0
+        idx.extend(context[n:])

@@ -1,0 +1,234 @@
+"""The decode loop: draft, verify in one target call, accept, commit, yield an event.
+
+Cache invariant (the target). Between steps the target's cache holds the committed tokens
+minus the last one: prompt + answer[:-1]. A step evaluates [last, d1..dk] in ONE eval call,
+asking for all k+1 logits rows; row i is the target's next-token distribution after
+last, d1..d_i. When n drafts and one new token are committed, the cache is cut back to the
+new committed-minus-last, which is [..., last, d1..dn]: a prefix of what was just evaluated,
+so no token is ever evaluated twice. The prefill therefore evaluates prompt[:-1]; the last
+prompt token goes with the first step. The same cut runs in `finally`, whatever ended the
+answer (normal end, an exception, the consumer closing the generator, Ctrl-C), so the cache
+always holds a prefix of prompt + answer and the next turn's prefix reuse is safe.
+
+Exactness does not depend on how k or the drafts are chosen: each emitted token has the
+target's distribution given everything before it, whatever happened in earlier steps.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+from specchat.engine.acceptance import accept_greedy, accept_sampled
+from specchat.engine.controller import AdaptiveK, DraftController, FixedK
+from specchat.engine.drafters import (
+    EMPTY_DRAFT,
+    Draft,
+    Drafter,
+    DraftModelDrafter,
+    PromptLookupDrafter,
+    fill_cache,
+)
+from specchat.engine.events import Chunk, Event, Finished
+from specchat.engine.options import GenerationOptions
+from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefix
+from specchat.engine.sampling import greedy_token, probs, recent_window
+from specchat.engine.stats import Stats, StatsBuilder
+from specchat.engine.text import TextStream
+
+Clock = Callable[[], float]
+
+AUTO_MIN_MATCH = 3  # `auto` drafts only on matches this long: shorter ones lose on CPUs
+NGRAM_MAX_MATCH = 5  # longest n-gram the prompt-lookup index keeps
+
+
+def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOptions, *,
+             draft: LogitsModel | None = None,
+             token_bytes: Callable[[int], bytes] | None = None,
+             clock: Clock = time.perf_counter) -> Iterator[Event]:
+    """Stream the answer to `prompt` (token ids) as Chunk events, then one Finished.
+
+    Raises ValueError at once (not on first iteration) for an empty prompt, `spec="draft"`
+    without a draft model, or a draft whose vocabulary size differs from the target's.
+    """
+    tokens = [int(t) for t in prompt]
+    if not tokens:
+        raise ValueError("the prompt is empty: at least one token is needed")
+    run = _Run(target, tokens, options, make_drafter(options, target, draft),
+               make_controller(options), token_bytes or target.token_bytes, clock)
+    return run.events()
+
+
+def make_drafter(options: GenerationOptions, target: LogitsModel,
+                 draft: LogitsModel | None) -> Drafter | None:
+    """The drafter for options.spec; None for plain decoding."""
+    if options.spec == "off" or options.draft_max == 0:
+        return None
+    if options.spec == "draft":
+        if draft is None:
+            raise ValueError("spec 'draft' needs a draft model; use 'ngram' or 'off' without one")
+        if draft.n_vocab != target.n_vocab:
+            raise ValueError(f"the draft has {draft.n_vocab} logits per token, the target "
+                             f"{target.n_vocab}: they must share one vocabulary")
+        return DraftModelDrafter(draft, options.sampling)
+    min_match = options.draft_min_match
+    if options.spec == "auto":
+        min_match = max(AUTO_MIN_MATCH, min_match)
+    return PromptLookupDrafter(min_match, max(min_match, NGRAM_MAX_MATCH))
+
+
+def make_controller(options: GenerationOptions) -> DraftController:
+    if options.spec == "off":
+        return FixedK(0)
+    if options.spec == "auto":
+        return AdaptiveK(options.draft_max)
+    return FixedK(options.draft_max)
+
+
+class _Run:
+    """The state of one answer. Only `events()` is public: a generator with cleanup."""
+
+    def __init__(self, target: LogitsModel, prompt: list[int], options: GenerationOptions,
+                 drafter: Drafter | None, controller: DraftController,
+                 token_bytes: Callable[[int], bytes], clock: Clock) -> None:
+        self.target = target
+        self.options = options
+        self.drafter = drafter
+        self.controller = controller
+        self.token_bytes = token_bytes
+        self.clock = clock
+        self.committed = prompt  # prompt + answer so far
+        self.n_prompt = len(prompt)
+        self.rng = np.random.default_rng(options.sampling.seed)
+        self.text = TextStream(options.stop)
+        self.stats = StatsBuilder(mode=options.spec, prompt_tokens=len(prompt))
+        self.decode_start = clock()
+
+    def events(self) -> Iterator[Event]:
+        try:
+            yield from self._decode()
+        finally:
+            self._restore()
+
+    def _decode(self) -> Iterator[Event]:
+        if not self._prefill():
+            yield from self._finish("context")
+            return
+        while True:
+            # A plain step evaluates one token at position len(committed) - 1.
+            if len(self.committed) > self.target.n_ctx:
+                yield from self._finish("context")
+                return
+            try:
+                new, flags = self._step()
+            except ContextFullError:  # the backend disagreed with our count: still no crash
+                yield from self._finish("context")
+                return
+            kept, text, reason = self._commit(new)
+            flags = flags[: len(kept)]
+            if reason is not None:
+                yield from self._finish(reason, text, kept, flags)
+                return
+            yield Chunk(text, tuple(kept), tuple(flags), self._snapshot())
+
+    def _prefill(self) -> bool:
+        start = self.clock()
+        prompt = self.committed
+        if len(prompt) > self.target.n_ctx:
+            return False
+        evaluated = fill_cache(self.target, prompt[:-1])
+        self.stats.prompt_cached = len(prompt) - 1 - evaluated
+        if self.drafter is not None:
+            self.drafter.prepare(prompt)
+        self.decode_start = self.clock()
+        self.stats.prompt_seconds = self.decode_start - start
+        return True
+
+    def _step(self) -> tuple[list[int], list[bool]]:
+        """One target call. Returns the accepted drafts plus the target's own token."""
+        stats, committed = self.stats, self.committed
+        stats.last_k = self.controller.next_k()
+        room = self.target.n_ctx - len(committed)
+        remaining = self.options.max_tokens - stats.generated
+        # Drafts past max_tokens could never be emitted, so they are not even asked for.
+        k = max(0, min(stats.last_k, room, remaining - 1))
+        t0 = self.clock()
+        draft = EMPTY_DRAFT
+        if k > 0 and self.drafter is not None:
+            draft = self.drafter.propose(committed, k, self.rng)
+            draft = Draft(draft.tokens[:k], None if draft.q is None else draft.q[:k])
+        t1 = self.clock()
+        batch = [committed[-1], *draft.tokens]
+        logits = self.target.eval(batch, list(range(len(batch))))
+        t2 = self.clock()
+        n, token = self._accept(logits, draft)
+        t3 = self.clock()
+        stats.draft_seconds += t1 - t0
+        stats.verify_seconds += t2 - t1
+        stats.sample_seconds += t3 - t2
+        stats.record_step(len(draft.tokens), n)
+        self.controller.observe(len(draft.tokens), n, draft_seconds=t1 - t0,
+                                verify_seconds=t2 - t1)
+        return [*draft.tokens[:n], token], [True] * n + [False]
+
+    def _accept(self, logits: np.ndarray, draft: Draft) -> tuple[int, int]:
+        opts = self.options.sampling
+        d = draft.tokens
+        n_recent = opts.repeat_last_n if opts.repeat_penalty != 1.0 else 0
+        base = self.committed[-n_recent:] if n_recent else []
+
+        # Row i is scored as if d1..d_i were already in the context: the penalty sees them.
+        def recent(i: int) -> list[int]:
+            return recent_window(base, d[:i], n_recent)
+
+        if opts.greedy:
+            return accept_greedy(lambda i: greedy_token(logits[i], recent(i), opts), d)
+        return accept_sampled(lambda i: probs(logits[i], recent(i), opts), d, draft.q,
+                              self.rng)
+
+    def _commit(self, new: list[int]) -> tuple[list[int], str, str | None]:
+        """Append tokens until one ends the answer; cut the caches back to match."""
+        eog, max_tokens = self.target.eog_tokens, self.options.max_tokens
+        kept: list[int] = []
+        text = ""
+        reason: str | None = None
+        for token in new:
+            self.committed.append(token)
+            kept.append(token)
+            self.stats.generated += 1
+            if token in eog:
+                reason = "eog"  # kept as an answer token, never rendered
+                break
+            text += self.text.push(self.token_bytes(token))
+            if self.text.stopped:
+                reason = "stop"
+                break
+            if self.stats.generated >= max_tokens:
+                reason = "length"
+                break
+        self.target.truncate(len(self.committed) - 1)
+        if self.drafter is not None:
+            self.drafter.rollback(self.committed)
+        return kept, text, reason
+
+    def _finish(self, reason: str, text: str = "", kept: Sequence[int] = (),
+                flags: Sequence[bool] = ()) -> Iterator[Event]:
+        text += self.text.flush()
+        stats = self._snapshot()
+        if kept or text:
+            yield Chunk(text, tuple(kept), tuple(flags), stats)
+        yield Finished(reason, self.text.text, tuple(self.committed[self.n_prompt:]), stats)
+
+    def _snapshot(self) -> Stats:
+        return self.stats.snapshot(self.clock() - self.decode_start)
+
+    def _restore(self) -> None:
+        """Leave the caches holding a prefix of committed (minus last, for the target)."""
+        try:
+            keep = common_prefix(self.target.tokens, self.committed[:-1])
+            self.target.truncate(keep)
+        finally:
+            if self.drafter is not None:
+                self.drafter.reset(self.committed)

@@ -1,0 +1,118 @@
+"""Running statistics of one answer, as plain immutable data.
+
+Acceptance is accepted / drafted over the steps that drafted something; steps that drafted
+nothing (no n-gram match, k=0, `off`) are counted apart in `steps_empty`, so that a drafter
+that rarely fires is not flattered or punished by the steps where it did not try.
+`accepted` counts verification decisions, before any cut for max_tokens or a stop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Stats:
+    mode: str = "off"
+    prompt_tokens: int = 0
+    prompt_cached: int = 0  # prompt tokens reused from the cache (not evaluated again)
+    prompt_seconds: float = 0.0
+    generated: int = 0
+    steps: int = 0  # target verify calls
+    steps_drafted: int = 0
+    steps_empty: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    drafted_by_position: tuple[int, ...] = ()  # [i]: steps whose draft had a token i
+    accepted_by_position: tuple[int, ...] = ()  # [i]: steps whose token i was accepted
+    accept_length_hist: tuple[int, ...] = ()  # [n]: drafted steps that accepted n tokens
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    sample_seconds: float = 0.0
+    decode_seconds: float = 0.0  # wall time from the end of prefill
+    last_k: int = 0  # the draft length the controller asked for last
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.generated / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    @property
+    def mean_accepted(self) -> float | None:
+        """Mean accepted length over the steps that drafted."""
+        return self.accepted / self.steps_drafted if self.steps_drafted else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        for name in ("acceptance", "tokens_per_step", "tokens_per_second", "mean_accepted"):
+            out[name] = getattr(self, name)
+        return out
+
+
+@dataclass
+class StatsBuilder:
+    """The mutable side: the loop records into it and snapshots a Stats per event."""
+
+    mode: str
+    prompt_tokens: int = 0
+    prompt_cached: int = 0
+    prompt_seconds: float = 0.0
+    generated: int = 0
+    steps: int = 0
+    steps_empty: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    drafted_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
+    accept_length_hist: list[int] = field(default_factory=list)
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    sample_seconds: float = 0.0
+    last_k: int = 0
+
+    def record_step(self, drafted: int, accepted: int) -> None:
+        self.steps += 1
+        if drafted == 0:
+            self.steps_empty += 1
+            return
+        self.drafted += drafted
+        self.accepted += accepted
+        _grow(self.drafted_by_position, drafted)
+        _grow(self.accepted_by_position, drafted)
+        _grow(self.accept_length_hist, drafted + 1)
+        for i in range(drafted):
+            self.drafted_by_position[i] += 1
+        for i in range(accepted):
+            self.accepted_by_position[i] += 1
+        self.accept_length_hist[accepted] += 1
+
+    def snapshot(self, decode_seconds: float) -> Stats:
+        return Stats(
+            mode=self.mode, prompt_tokens=self.prompt_tokens, prompt_cached=self.prompt_cached,
+            prompt_seconds=self.prompt_seconds, generated=self.generated, steps=self.steps,
+            steps_drafted=self.steps - self.steps_empty, steps_empty=self.steps_empty,
+            drafted=self.drafted, accepted=self.accepted,
+            drafted_by_position=tuple(self.drafted_by_position),
+            accepted_by_position=tuple(self.accepted_by_position),
+            accept_length_hist=tuple(self.accept_length_hist),
+            draft_seconds=self.draft_seconds, verify_seconds=self.verify_seconds,
+            sample_seconds=self.sample_seconds, decode_seconds=decode_seconds,
+            last_k=self.last_k,
+        )
+
+
+def _grow(values: list[int], size: int) -> None:
+    if len(values) < size:
+        values.extend([0] * (size - len(values)))
