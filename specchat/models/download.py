@@ -142,8 +142,11 @@ def _resolve(host: str, port: int, timeout: float) -> tuple[str, int] | None:
 def fetch_hub(preset: Preset, source: HubSource, *, quiet: bool) -> tuple[Path, str]:
     """hf_hub_download into a private temp folder in the cache, verify, then rename into place."""
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.utils import (are_progress_bars_disabled, disable_progress_bars,
-                                       enable_progress_bars)
+    from huggingface_hub.utils.tqdm import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
 
     final = store.model_path(preset)
     work = store.temp_path(final, ".hub")

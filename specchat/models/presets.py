@@ -133,7 +133,8 @@ def parse_presets(text: str, origin: str) -> dict[str, Preset]:
         raise UsageError(f"{origin}: invalid TOML: {exc}") from exc
     unknown = set(data) - {"model"}
     if unknown:
-        raise UsageError(f"{origin}: unknown top-level key(s) {sorted(unknown)}; expected [[model]]")
+        raise UsageError(f"{origin}: unknown top-level key(s) {sorted(unknown)}; "
+                         f"expected [[model]]")
     models = data.get("model", [])
     if not isinstance(models, list):
         raise UsageError(f"{origin}: 'model' must be an array of tables ([[model]])")
