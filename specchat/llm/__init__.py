@@ -9,9 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from specchat.llm.template import ChatTemplate, chat_tokens
+from specchat.llm.text import StreamDecoder
+from specchat.llm.vocab import VocabInfo, check_compatible, compatibility_problems
+
 _BACKEND_NAMES = frozenset({
     "LlamaModel", "load_model", "gpu_offload_supported", "system_info", "requantize",
 })
+
+__all__ = [
+    "ChatTemplate", "StreamDecoder", "VocabInfo", "chat_tokens", "check_compatible",
+    "compatibility_problems", *sorted(_BACKEND_NAMES),
+]
 
 
 def __getattr__(name: str) -> Any:

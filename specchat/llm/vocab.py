@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, Union
 
 from specchat.errors import UsageError
 
@@ -31,6 +32,15 @@ class VocabInfo:
     texts: Sequence[bytes] = field(repr=False)  # texts[i]: the stored text of token i
 
 
+class HasVocabInfo(Protocol):
+    """A loaded model (LlamaModel) that can describe its vocabulary."""
+
+    def vocab_info(self) -> VocabInfo: ...
+
+
+VocabSource = Union[VocabInfo, HasVocabInfo]
+
+
 def compatibility_problems(a: VocabInfo, b: VocabInfo) -> list[str]:
     """Human-readable differences between two vocabularies; empty when they are the same."""
     problems: list[str] = []
@@ -45,14 +55,22 @@ def compatibility_problems(a: VocabInfo, b: VocabInfo) -> list[str]:
     return problems
 
 
-def check_compatible(target: VocabInfo, draft: VocabInfo) -> None:
-    """Raise UsageError naming every difference when `draft` cannot draft for `target`."""
+def check_compatible(target: VocabSource, draft: VocabSource) -> None:
+    """Raise UsageError naming every difference when `draft` cannot draft for `target`.
+
+    Takes VocabInfo objects or loaded models (anything with a vocab_info() method).
+    """
+    target, draft = _info(target), _info(draft)
     problems = compatibility_problems(target, draft)
     if problems:
         raise UsageError(
             f"draft {draft.name} cannot draft for target {target.name}: "
             f"{'; '.join(problems)} (target vs draft)"
         )
+
+
+def _info(source: VocabSource) -> VocabInfo:
+    return source if isinstance(source, VocabInfo) else source.vocab_info()
 
 
 def _special_problems(a: VocabInfo, b: VocabInfo) -> list[str]:

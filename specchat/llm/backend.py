@@ -1,0 +1,396 @@
+"""The only module in specchat that imports llama_cpp: a GGUF model with one KV cache.
+
+Written against the low-level ctypes API of llama-cpp-python 0.3.x, not its high-level
+`Llama` class, because speculative verification needs logits for a few chosen rows of a batch
+and `Llama` either keeps one row or allocates n_ctx x n_vocab floats for all of them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+import numpy as np
+
+from specchat.engine.protocol import ContextFullError
+from specchat.errors import ModelError, UsageError
+from specchat.llm.helpers import (
+    VOCAB_TYPES, check_gguf_file, chunk_spans, default_threads, log_reason, normalize_rows,
+    ggml_registry, read_negative_size, read_snprintf, read_tokens, rows_in_span, token_or_none,
+)
+from specchat.llm.vocab import VocabInfo
+
+# --- llama.cpp's log --------------------------------------------------------------------------
+# llama.cpp logs from C straight to stderr; llama-cpp-python's own callback prints everything
+# unless its logger is configured. Ours keeps the last errors (for one-line error messages)
+# and prints only when asked. The callback object must stay referenced forever.
+_LOG_TAIL: deque[str] = deque(maxlen=16)
+_LOG_STATE = {"verbose": False, "level": 0}
+_LEVEL_ERROR, _LEVEL_CONT = 4, 5  # enum ggml_log_level (ggml.h)
+
+
+def _on_log(level: int, text: bytes | None, _user_data: Any) -> None:
+    message = (text or b"").decode("utf-8", errors="replace")
+    if level == _LEVEL_CONT:
+        level = _LOG_STATE["level"]
+    _LOG_STATE["level"] = level
+    if level == _LEVEL_ERROR:
+        _LOG_TAIL.append(message)
+    if _LOG_STATE["verbose"]:
+        sys.stderr.write(message)
+
+
+_LOG_CALLBACK = llama_cpp.llama_log_callback(_on_log)
+llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+llama_cpp.llama_backend_init()
+
+
+def set_verbose(verbose: bool) -> None:
+    """Let llama.cpp's own log through to stderr (--verbose), or keep it quiet."""
+    _LOG_STATE["verbose"] = bool(verbose)
+
+
+# --- loading ------------------------------------------------------------------------------------
+def gpu_offload_supported() -> bool:
+    """True when this llama.cpp build has a GPU backend and it found a device."""
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None = None,
+               n_threads: int | None = None, n_batch: int = 512,
+               verbose: bool = False) -> LlamaModel:
+    """Load a GGUF file with a fresh, empty KV cache of n_ctx positions.
+
+    n_gpu_layers None offloads every layer when the build can, else none.
+    Raises ModelError (one line) for a missing file, a non-GGUF file or a failed load.
+    """
+    path = Path(path)
+    check_gguf_file(path)
+    set_verbose(verbose)
+    _LOG_TAIL.clear()
+    params = llama_cpp.llama_model_default_params()
+    if n_gpu_layers is None:
+        n_gpu_layers = -1 if gpu_offload_supported() else 0
+    params.n_gpu_layers = n_gpu_layers  # negative: all layers
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise ModelError(f"llama.cpp could not load {path}: {log_reason(_LOG_TAIL)}")
+    try:
+        ctx = _new_context(model, n_ctx, n_batch, n_threads or default_threads())
+    except BaseException:
+        llama_cpp.llama_model_free(model)
+        raise
+    return LlamaModel(path, model, ctx, n_batch)
+
+
+def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int) -> Any:
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx = n_ctx
+    params.n_batch = params.n_ubatch = n_batch  # one llama_decode call = one ubatch
+    params.n_seq_max = 1
+    params.n_threads = params.n_threads_batch = n_threads
+    params.no_perf = True
+    if hasattr(params, "swa_full"):
+        # Sliding-window models (Gemma 3) must keep every position, or a rollback could need
+        # cells the window already dropped.
+        params.swa_full = True
+    ctx = llama_cpp.llama_init_from_model(model, params)
+    if not ctx:
+        raise ModelError(f"llama.cpp could not create a {n_ctx}-token context: "
+                         f"{log_reason(_LOG_TAIL)}")
+    return ctx
+
+
+# --- the model ------------------------------------------------------------------------------------
+class LlamaModel:
+    """A loaded GGUF model and its KV cache; implements engine.protocol.LogitsModel.
+
+    Invariant: after any call returns or raises (Ctrl-C included), `tokens` is exactly what the
+    KV cache holds, so the engine can always truncate and continue.
+    """
+
+    def __init__(self, path: Path, model: Any, ctx: Any, n_batch: int) -> None:
+        self.path = path
+        self._model, self._ctx = model, ctx
+        self._vocab = llama_cpp.llama_model_get_vocab(model)
+        self._mem = llama_cpp.llama_get_memory(ctx)
+        self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))
+        self._n_batch = n_batch
+        self._tokens: list[int] = []
+        self._pieces: dict[int, bytes] = {}
+        self._eog: frozenset[int] | None = None
+        self._metadata: dict[str, str] | None = None
+        self._batch: Any = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        # Every row belongs to sequence 0; set once. token/pos/logits are filled per call
+        # through numpy views of the C arrays.
+        for i in range(n_batch):
+            self._batch.n_seq_id[i] = 1
+            self._batch.seq_id[i][0] = 0
+        self._token_in = np.ctypeslib.as_array(self._batch.token, shape=(n_batch,))
+        self._pos_in = np.ctypeslib.as_array(self._batch.pos, shape=(n_batch,))
+        self._want_out = np.ctypeslib.as_array(self._batch.logits, shape=(n_batch,))
+
+    # --- LogitsModel ---------------------------------------------------------------------------
+    @property
+    def n_vocab(self) -> int:
+        return self._n_vocab
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    @property
+    def tokens(self) -> Sequence[int]:
+        return tuple(self._tokens)
+
+    @property
+    def eog_tokens(self) -> frozenset[int]:
+        if self._eog is None:
+            is_eog = llama_cpp.llama_vocab_is_eog
+            self._eog = frozenset(t for t in range(self._n_vocab) if is_eog(self._vocab, t))
+        return self._eog
+
+    def eval(self, tokens: Sequence[int], logit_rows: Sequence[int]) -> np.ndarray:
+        """Append tokens to the cache; return float32 logits (len(logit_rows), n_vocab).
+
+        Inputs longer than n_batch go in n_batch chunks, each asking llama.cpp for logits only
+        on the rows it holds. If anything fails part way (Ctrl-C included), the chunks already
+        decoded stay cached and `tokens` says so; the failing chunk is removed.
+        """
+        self._check_open()
+        n = len(tokens)
+        rows = normalize_rows(logit_rows, n)
+        start = len(self._tokens)
+        if start + n > self._n_ctx:
+            raise ContextFullError(start + n, self._n_ctx)
+        out = np.empty((len(rows), self._n_vocab), dtype=np.float32)
+        if n == 0:
+            return out
+        ids = np.asarray(tokens, dtype=np.int64)
+        if ids.min() < 0 or ids.max() >= self._n_vocab:
+            raise ValueError(f"token ids must be in [0, {self._n_vocab}) for {self.path.name}")
+        try:
+            for lo, hi in chunk_spans(n, self._n_batch):
+                self._decode_chunk(ids[lo:hi], start + lo, rows_in_span(rows, lo, hi), out)
+        except BaseException:
+            self._forget_from(len(self._tokens))
+            raise
+        return out
+
+    def _decode_chunk(self, ids: np.ndarray, pos: int, wanted: list[tuple[int, int]],
+                      out: np.ndarray) -> None:
+        m = len(ids)
+        self._token_in[:m] = ids
+        self._pos_in[:m] = np.arange(pos, pos + m)
+        self._want_out[:m] = 0
+        for _, i in wanted:
+            self._want_out[i] = 1
+        self._batch.n_tokens = m
+        _LOG_TAIL.clear()
+        rc = llama_cpp.llama_decode(self._ctx, self._batch)
+        if rc != 0:
+            raise ModelError(f"llama_decode failed (code {rc}) at position {pos}: "
+                             f"{log_reason(_LOG_TAIL)}")
+        self._tokens.extend(ids.tolist())
+        for k, i in wanted:
+            row = llama_cpp.llama_get_logits_ith(self._ctx, i)
+            out[k] = np.ctypeslib.as_array(row, shape=(self._n_vocab,))
+
+    def truncate(self, n: int) -> None:
+        """Forget every position >= n."""
+        self._check_open()
+        if max(n, 0) < len(self._tokens):
+            self._forget_from(max(n, 0))
+
+    def _forget_from(self, n: int) -> None:
+        """Make cache and `tokens` both hold exactly the first n tokens (or nothing)."""
+        if llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1):
+            del self._tokens[n:]
+        else:
+            # Recurrent state cannot drop only its tail: start over rather than lie.
+            llama_cpp.llama_memory_clear(self._mem, True)
+            self._tokens.clear()
+
+    def cached_positions(self) -> int:
+        """How many positions llama.cpp's cache holds (== len(tokens); for checks and tests)."""
+        return int(llama_cpp.llama_memory_seq_pos_max(self._mem, 0)) + 1
+
+    def token_bytes(self, token: int) -> bytes:
+        """Raw bytes of a token's piece; special tokens render as their text."""
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = read_negative_size(
+                lambda buf, size: llama_cpp.llama_token_to_piece(self._vocab, token, buf, size,
+                                                                 0, True), 32)
+        return piece
+
+    # --- text ------------------------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_special: bool = False,
+                 parse_special: bool = True) -> list[int]:
+        """Text to token ids; add_special adds BOS/EOS as the model asks, parse_special turns
+        special-token text like <|im_start|> into those tokens."""
+        data = text.encode("utf-8")
+        return read_tokens(
+            lambda arr, size: llama_cpp.llama_tokenize(self._vocab, data, len(data), arr, size,
+                                                       add_special, parse_special),
+            len(data) + 8)
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """Token ids to text (llama.cpp's own inverse of tokenize, special tokens rendered)."""
+        arr = (llama_cpp.llama_token * len(tokens))(*tokens)
+        return read_negative_size(
+            lambda buf, size: llama_cpp.llama_detokenize(self._vocab, arr, len(tokens), buf, size,
+                                                         False, True),
+            8 * len(tokens) + 16).decode("utf-8", errors="replace")
+
+    def token_text(self, token: int) -> str:
+        """The token's text as stored in the vocabulary (e.g. '<|im_end|>', 'Ġthe')."""
+        return (llama_cpp.llama_vocab_get_text(self._vocab, token) or b"").decode(
+            "utf-8", errors="replace")
+
+    # --- model facts -----------------------------------------------------------------------------
+    @property
+    def metadata(self) -> dict[str, str]:
+        """GGUF key/value metadata (scalars as strings; arrays are not exposed by llama.cpp)."""
+        if self._metadata is None:
+            self._metadata = {}
+            key_at = llama_cpp.llama_model_meta_key_by_index
+            val_at = llama_cpp.llama_model_meta_val_str_by_index
+            for i in range(llama_cpp.llama_model_meta_count(self._model)):
+                key = read_snprintf(lambda buf, size: key_at(self._model, i, buf, size))
+                val = read_snprintf(lambda buf, size: val_at(self._model, i, buf, size))
+                self._metadata[key.decode(errors="replace")] = val.decode(errors="replace")
+        return self._metadata
+
+    @property
+    def architecture(self) -> str:
+        return self.metadata.get("general.architecture", "unknown")
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.metadata.get("tokenizer.chat_template") or None
+
+    @property
+    def bos_token(self) -> int | None:
+        return token_or_none(llama_cpp.llama_vocab_bos(self._vocab))
+
+    @property
+    def eos_token(self) -> int | None:
+        return token_or_none(llama_cpp.llama_vocab_eos(self._vocab))
+
+    @property
+    def add_bos(self) -> bool:
+        """Whether the model expects a BOS token at the start of a prompt."""
+        return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+
+    @property
+    def is_recurrent(self) -> bool:
+        """Recurrent or hybrid: its state cannot drop a tail, so it cannot speculate."""
+        hybrid = getattr(llama_cpp, "llama_model_is_hybrid", None)
+        return bool(llama_cpp.llama_model_is_recurrent(self._model)) or bool(
+            hybrid is not None and hybrid(self._model))
+
+    def vocab_info(self) -> VocabInfo:
+        """What vocab.check_compatible compares (reads every token's text: ~0.1 s)."""
+        v = self._vocab
+        specials = {name: token_or_none(getattr(llama_cpp, f"llama_vocab_{name}")(v))
+                    for name in ("bos", "eos", "eot", "sep", "nl", "pad")}
+        get_text = llama_cpp.llama_vocab_get_text
+        return VocabInfo(
+            name=self.path.name,
+            vocab_type=VOCAB_TYPES.get(int(llama_cpp.llama_vocab_type(v)), "unknown"),
+            n_tokens=self._n_vocab,
+            specials=specials,
+            add_bos=self.add_bos,
+            add_eos=bool(llama_cpp.llama_vocab_get_add_eos(v)),
+            eog=self.eog_tokens,
+            texts=[get_text(v, t) or b"" for t in range(self._n_vocab)],
+        )
+
+    # --- lifetime --------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._ctx is None:
+            raise ModelError(f"{self.path.name} was closed")
+
+    def close(self) -> None:
+        """Free the context, batch and weights; safe to call twice."""
+        if self._ctx is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._ctx)
+            llama_cpp.llama_model_free(self._model)
+            self._ctx = self._model = None
+            self._tokens.clear()
+
+    def __enter__(self) -> LlamaModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown may have torn llama_cpp down already
+            pass
+
+
+# --- tools: requantize, system info -------------------------------------------------------------
+def requantize(src: Path | str, dst: Path | str, ftype_name: str,
+               n_threads: int | None = None) -> Path:
+    """Write a copy of `src` quantized to `ftype_name` (e.g. "Q8_0", "Q2_K") at `dst`.
+
+    Same vocabulary, slightly different weights: a real draft that disagrees sometimes.
+    Written to a .part file first so a failure never leaves a file that looks complete.
+    """
+    src, dst = Path(src), Path(dst)
+    check_gguf_file(src)
+    ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype_name.upper()}", None)
+    if ftype is None:
+        known = sorted(k.removeprefix("LLAMA_FTYPE_MOSTLY_") for k in dir(llama_cpp)
+                       if k.startswith("LLAMA_FTYPE_MOSTLY_"))
+        raise UsageError(f"unknown quantization type {ftype_name!r}; known: {', '.join(known)}")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.allow_requantize = True
+    params.nthread = n_threads or default_threads()
+    part = dst.with_name(dst.name + ".part")
+    _LOG_TAIL.clear()
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(part).encode(),
+                                        ctypes.byref(params))
+    if rc != 0:
+        part.unlink(missing_ok=True)
+        raise ModelError(f"requantizing {src.name} to {ftype_name} failed: "
+                         f"{log_reason(_LOG_TAIL)}")
+    os.replace(part, dst)
+    return dst
+
+
+def system_info() -> dict[str, str]:
+    """Versions, the llama.cpp build and what it can offload to (for `specchat doctor`)."""
+    backends, devices = _ggml_backends()
+    gpu_names = [b for b in backends if b not in ("CPU", "BLAS", "RPC")]
+    return {
+        "python": sys.version.split()[0],
+        "llama-cpp-python": str(getattr(llama_cpp, "__version__", "unknown")),
+        "llama.cpp system info": llama_cpp.llama_print_system_info().decode().strip(" |"),
+        "backends": ", ".join(backends) or "unknown",
+        "backend": gpu_names[0] if gpu_names else "CPU",
+        "devices": "; ".join(devices) or "none",
+        "gpu offload": "yes" if gpu_offload_supported() else "no",
+    }
+
+
+def _ggml_backends() -> tuple[list[str], list[str]]:
+    """Names of the compiled-in ggml backends and of the devices they found."""
+    try:
+        from llama_cpp._ggml import libggml
+    except (ImportError, OSError):
+        return [], []
+    return ggml_registry(libggml)

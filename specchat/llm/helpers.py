@@ -1,0 +1,145 @@
+"""Pure pieces of the llama.cpp backend: row bookkeeping, batch planning, file checks.
+
+Split out of backend.py so they can be tested without llama.cpp and so backend.py holds
+only what must touch the C API.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from specchat.errors import ModelError
+
+GGUF_MAGIC = b"GGUF"
+
+# enum llama_vocab_type, by value.
+VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
+
+
+def normalize_rows(logit_rows: Sequence[int], n: int) -> list[int]:
+    """Row indices into a batch of n tokens, negatives counted from the end."""
+    rows = [int(r) + n if r < 0 else int(r) for r in logit_rows]
+    bad = [r for r, norm in zip(logit_rows, rows) if not 0 <= norm < n]
+    if bad:
+        raise IndexError(f"logit rows {bad} outside a batch of {n} tokens")
+    return rows
+
+
+def chunk_spans(n: int, size: int) -> list[tuple[int, int]]:
+    """[lo, hi) spans of at most `size` covering range(n), in order."""
+    if size <= 0:
+        raise ValueError("batch size must be positive")
+    return [(lo, min(lo + size, n)) for lo in range(0, n, size)]
+
+
+def rows_in_span(rows: Sequence[int], lo: int, hi: int) -> list[tuple[int, int]]:
+    """(output index, index inside the chunk) for every requested row that falls in [lo, hi)."""
+    return [(k, r - lo) for k, r in enumerate(rows) if lo <= r < hi]
+
+
+def default_threads() -> int:
+    """The CPUs this process may run on (cgroup / affinity aware where the OS says so)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # macOS and Windows have no sched_getaffinity
+        return max(1, os.cpu_count() or 1)
+
+
+def check_gguf_file(path: Path) -> None:
+    """Refuse, in one line, a path that is missing, a folder, or not a GGUF file."""
+    if not path.exists():
+        raise ModelError(f"model file not found: {path}")
+    if not path.is_file():
+        raise ModelError(f"not a model file (a folder?): {path}")
+    try:
+        with path.open("rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise ModelError(f"cannot read model file {path}: {exc.strerror or exc}") from None
+    if magic != GGUF_MAGIC:
+        raise ModelError(f"not a GGUF file (it does not start with 'GGUF'): {path}")
+
+
+def token_or_none(token: int) -> int | None:
+    """llama.cpp says 'no such token' with -1 (LLAMA_TOKEN_NULL)."""
+    return None if token < 0 else int(token)
+
+
+def log_reason(lines: Sequence[str]) -> str:
+    """The root cause among llama.cpp's warnings and errors after a failure, as one line.
+
+    llama.cpp reports a failure bottom-up (the cause first, then each caller's "failed"), so
+    the first line says most; its `function_name: ` prefix means nothing to a user.
+    """
+    for line in lines:
+        text = " ".join(line.split())
+        if text:
+            return re.sub(r"^[A-Za-z_]\w*: ", "", text)
+    return "no details (rerun with --verbose)"
+
+
+# llama.cpp's text getters write into a caller's buffer. Two conventions: "returns -needed when
+# the buffer is too small" (tokenize, token_to_piece, detokenize) and snprintf's "returns the
+# full length, truncated to the buffer" (metadata getters).
+def read_negative_size(fill: Callable[[ctypes.Array, int], int], size: int) -> bytes:
+    """Bytes from fill(buf, size), retried once with the size fill says it needs."""
+    while True:
+        buf = ctypes.create_string_buffer(max(size, 1))
+        n = fill(buf, max(size, 1))
+        if n >= 0:
+            return buf.raw[:n]
+        size = -n
+
+
+def read_snprintf(fill: Callable[[ctypes.Array, int], int], size: int = 256) -> bytes:
+    """Bytes from an snprintf-style fill(buf, size); empty when it reports failure (-1)."""
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        n = fill(buf, size)
+        if n < 0:
+            return b""
+        if n < size:
+            return buf.raw[:n]
+        size = n + 1
+
+
+def read_tokens(fill: Callable[[ctypes.Array, int], int], size: int) -> list[int]:
+    """Token ids (int32) from fill(array, size), with the same -needed convention."""
+    while True:
+        arr = (ctypes.c_int32 * max(size, 1))()
+        n = fill(arr, max(size, 1))
+        if n >= 0:
+            return list(arr[:n])
+        size = -n
+
+
+_GGML_SIGNATURES = {  # name: (restype, argtypes), the backend registry API of ggml-backend.h
+    "ggml_backend_reg_count": (ctypes.c_size_t, []),
+    "ggml_backend_reg_get": (ctypes.c_void_p, [ctypes.c_size_t]),
+    "ggml_backend_reg_name": (ctypes.c_char_p, [ctypes.c_void_p]),
+    "ggml_backend_dev_count": (ctypes.c_size_t, []),
+    "ggml_backend_dev_get": (ctypes.c_void_p, [ctypes.c_size_t]),
+    "ggml_backend_dev_description": (ctypes.c_char_p, [ctypes.c_void_p]),
+}
+
+
+def ggml_registry(lib: ctypes.CDLL) -> tuple[list[str], list[str]]:
+    """Backend names (CPU, CUDA, Metal, ...) and device descriptions from a loaded libggml.
+
+    Both empty for an older ggml without the registry API.
+    """
+    try:
+        for name, (restype, argtypes) in _GGML_SIGNATURES.items():
+            getattr(lib, name).restype = restype
+            getattr(lib, name).argtypes = argtypes
+    except AttributeError:
+        return [], []
+    names = [(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)) or b"?").decode()
+             for i in range(lib.ggml_backend_reg_count())]
+    devices = [(lib.ggml_backend_dev_description(lib.ggml_backend_dev_get(i)) or b"?").decode()
+               for i in range(lib.ggml_backend_dev_count())]
+    return names, devices

@@ -1,0 +1,50 @@
+"""Shared fixtures.
+
+Real-GGUF tests get their files through specchat's own pull code (specchat.models), the same
+way a user does, so CI exercises the download path too. Where that code cannot deliver (not
+importable yet, no network and no mirror), the tests skip and say why; set
+SPECCHAT_REQUIRE_REAL_MODELS=1 (as CI may) to make that a failure instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from specchat.errors import SpecchatError
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("SPECCHAT_REQUIRE_REAL_MODELS"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def _resolve(name: str) -> Path:
+    try:
+        from specchat.models import resolve_model
+    except ImportError as exc:
+        _unavailable(f"specchat.models.resolve_model is not importable ({exc}); "
+                     f"cannot fetch the real model {name}")
+        raise  # unreachable: skip/fail raise
+    try:
+        return resolve_model(name, quiet=True)
+    except SpecchatError as exc:
+        _unavailable(f"real model {name} could not be fetched by `specchat pull`: {exc}")
+        raise
+
+
+@pytest.fixture(scope="session")
+def real_model_path() -> Callable[[str], Path]:
+    """A factory: real_model_path("smollm2-135m") -> the cached GGUF file, pulled if needed."""
+    found: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in found:
+            found[name] = _resolve(name)
+        return found[name]
+
+    return get

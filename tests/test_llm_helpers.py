@@ -1,0 +1,73 @@
+"""The pure parts of the llama.cpp backend: rows, chunks, buffers, file checks."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import pytest
+
+from specchat.errors import ModelError
+from specchat.llm.helpers import (
+    check_gguf_file, chunk_spans, log_reason, normalize_rows, read_negative_size, read_snprintf,
+    read_tokens, rows_in_span,
+)
+
+
+def test_rows_negative_and_out_of_range() -> None:
+    assert normalize_rows([0, -1, 2, -3], 3) == [0, 2, 2, 0]
+    assert normalize_rows([], 0) == []
+    with pytest.raises(IndexError, match=r"\[3, -4\] outside a batch of 3"):
+        normalize_rows([3, -4, 1], 3)
+    with pytest.raises(IndexError):
+        normalize_rows([0], 0)
+
+
+def test_chunks_and_rows_inside_them() -> None:
+    assert chunk_spans(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert chunk_spans(0, 4) == []
+    assert rows_in_span([9, 1, 5, 5], 4, 8) == [(2, 1), (3, 1)]
+
+
+def test_buffer_readers_retry_with_the_size_asked_for() -> None:
+    def negative(buf: ctypes.Array, size: int) -> int:
+        data = b"a longer piece"
+        if size < len(data):
+            return -len(data)
+        ctypes.memmove(buf, data, len(data))
+        return len(data)
+
+    def snprintf(buf: ctypes.Array, size: int) -> int:
+        data = b"x" * 300
+        ctypes.memmove(buf, data, min(size - 1, len(data)))
+        return len(data)
+
+    def tokens(arr: ctypes.Array, size: int) -> int:
+        if size < 5:
+            return -5
+        arr[:5] = [1, 2, 3, 4, 5]
+        return 5
+
+    assert read_negative_size(negative, 2) == b"a longer piece"
+    assert read_snprintf(snprintf, 16) == b"x" * 300
+    assert read_snprintf(lambda buf, size: -1) == b""
+    assert read_tokens(tokens, 1) == [1, 2, 3, 4, 5]
+
+
+def test_gguf_file_checks(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="model file not found"):
+        check_gguf_file(tmp_path / "missing.gguf")
+    with pytest.raises(ModelError, match="a folder"):
+        check_gguf_file(tmp_path)
+    (tmp_path / "x.gguf").write_bytes(b"PK\x03\x04")
+    with pytest.raises(ModelError, match="not a GGUF file"):
+        check_gguf_file(tmp_path / "x.gguf")
+    (tmp_path / "y.gguf").write_bytes(b"GGUF\x03\x00")
+    check_gguf_file(tmp_path / "y.gguf")
+
+
+def test_log_reason_is_the_first_cause_without_function_names() -> None:
+    lines = ["\n", "gguf_init_from_reader: failed to read key-value pairs\n",
+             "llama_model_load: error loading model: llama_model_loader: failed to load model\n"]
+    assert log_reason(lines) == "failed to read key-value pairs"
+    assert log_reason([]) == "no details (rerun with --verbose)"
