@@ -57,7 +57,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"specchat {__version__}")
         return
     try:
-        app(args=args, prog_name="specchat", standalone_mode=False)
+        # Without standalone mode click returns exit codes instead of raising for some paths
+        # (its own Ctrl-C handling returns 130): pass them on.
+        code = app(args=args, prog_name="specchat", standalone_mode=False)
+        if code == EXIT_INTERRUPTED:
+            _fail("interrupted", EXIT_INTERRUPTED)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except SpecchatError as exc:
         _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
