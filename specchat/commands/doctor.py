@@ -1,9 +1,152 @@
-"""The `doctor` command(s). (Filled in by its issue; registers nothing until then.)"""
+"""`specchat doctor`: what this install can do, and what to change when it could do more.
+
+Reports Python and llama-cpp-python versions, llama.cpp's build (CPU features, compiled
+backends, devices, GPU offload), the model cache and which presets are in it, and which
+backends/ profile fits this machine. Every probe degrades to a row that says what failed, so
+doctor itself never crashes on the thing it is diagnosing.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import platform
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import typer
+
+from specchat import __version__
+
+# ggml registry backend name -> backends/ profile that builds it.
+PROFILE_FOR_BACKEND = {"CUDA": "cuda", "Metal": "metal", "Vulkan": "vulkan", "CPU": "cpu"}
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the hint depends on; a value object so the rule is testable anywhere."""
+
+    system: str  # platform.system(): "Linux", "Darwin", "Windows"
+    arch: str  # platform.machine(): "x86_64", "arm64", ...
+    has_nvidia: bool  # nvidia-smi on PATH
+    has_vulkan: bool  # vulkaninfo on PATH
+
+    @classmethod
+    def here(cls) -> Machine:
+        return cls(platform.system(), platform.machine(), shutil.which("nvidia-smi") is not None,
+                   shutil.which("vulkaninfo") is not None)
+
+
+def suggest_profile(built: str, machine: Machine) -> tuple[str, str]:
+    """(profile, hint) for a build whose GPU backend is `built` ("CPU", "CUDA", ...)."""
+    if machine.system == "Darwin" and machine.arch == "arm64":
+        best, why = "metal", "Apple silicon"
+    elif machine.has_nvidia:
+        best, why = "cuda", "an NVIDIA GPU (nvidia-smi found)"
+    elif machine.has_vulkan:
+        best, why = "vulkan", "a Vulkan driver (vulkaninfo found)"
+    else:
+        best, why = "cpu", "no GPU toolkit found"
+    current = PROFILE_FOR_BACKEND.get(built, built.lower())
+    if current == best:
+        return best, f"the installed {built} build fits this machine ({why})"
+    if best == "cpu":
+        return current, f"{built} build, but {why}: it runs on the CPU unless a device is found"
+    return best, (f"this machine has {why} but llama-cpp-python was built for {built}: "
+                  f"run backends/install.sh {best}")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+    app.command("doctor")(doctor_command)
+
+
+def doctor_command(
+    as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+) -> None:
+    """Check the install: versions, llama.cpp build and GPU offload, model cache, backend hint."""
+    rows, healthy = collect()
+    if as_json:
+        print(json.dumps(dict(rows), indent=2))
+    elif sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
+        _print_rich(rows)
+    else:
+        for key, value in rows:
+            print(f"{key}: {value}")
+    if not healthy:
+        raise typer.Exit(1)
+
+
+def collect() -> tuple[list[tuple[str, str]], bool]:
+    """The report rows, and False when specchat cannot run here (no llama-cpp-python)."""
+    rows: list[tuple[str, str]] = [
+        ("specchat", __version__),
+        ("python", f"{platform.python_version()} ({sys.executable})"),
+        ("platform", f"{platform.system()} {platform.machine()}"),
+    ]
+    llama_rows, built = _llama_rows()
+    rows += llama_rows
+    rows += _cache_rows()
+    if built is None:
+        rows.append(("hint", "install llama-cpp-python: backends/install.sh "
+                             f"{suggest_profile('CPU', Machine.here())[0]}"))
+    else:
+        profile, hint = suggest_profile(built, Machine.here())
+        rows.append(("profile", profile))
+        rows.append(("hint", hint))
+    return rows, built is not None
+
+
+def _llama_rows() -> tuple[list[tuple[str, str]], str | None]:
+    """llama.cpp facts, and the GPU backend it was built with (None: not importable)."""
+    try:
+        from specchat.llm.backend import system_info
+    except (ImportError, OSError) as exc:  # OSError: the shared library failed to load
+        return [("llama-cpp-python", f"not usable: {exc}")], None
+    info = system_info()
+    keys = ("llama-cpp-python", "llama.cpp system info", "backends", "devices", "gpu offload")
+    return [(key, info[key]) for key in keys], info["backend"]
+
+
+def _cache_rows() -> list[tuple[str, str]]:
+    return _guard("models", _models_rows)
+
+
+def _models_rows() -> list[tuple[str, str]]:
+    from specchat.models import cache_dir, is_present, load_presets, model_path
+
+    cache = cache_dir()
+    presets = load_presets()
+    present = [p.name for p in presets.values() if is_present(p)]
+    missing = [p.name for p in presets.values() if not is_present(p)]
+    known = {model_path(p).name for p in presets.values()}
+    others = sorted(f.name for f in cache.glob("*.gguf") if f.name not in known) \
+        if cache.is_dir() else []
+    rows = [("cache", f"{cache}{'' if cache.is_dir() else ' (not created yet)'}"),
+            ("models present", ", ".join(present) or "none"),
+            ("models not downloaded", ", ".join(missing) or "none")]
+    if others:
+        rows.append(("other files in cache", ", ".join(others)))
+    return rows
+
+
+def _guard(label: str, probe: Callable[[], list[tuple[str, str]]]) -> list[tuple[str, str]]:
+    """Run a probe; a failure becomes one row saying so (e.g. a malformed models.toml)."""
+    try:
+        return probe()
+    except Exception as exc:  # doctor reports problems, it does not stop at them
+        return [(label, f"cannot check: {exc}")]
+
+
+def _print_rich(rows: list[tuple[str, str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="specchat doctor", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in rows:
+        table.add_row(key, value)
+    Console().print(table)
