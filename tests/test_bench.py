@@ -321,3 +321,26 @@ def test_cli_calibrate_says_when_calibration_is_missing(opened: dict, capsys: An
     code, out, err = run(["bench", "--calibrate"], capsys)
     assert code == 1 and out == ""
     assert "--calibrate is not available yet" in err
+
+
+def test_peer_script_compares_each_program_with_its_own_baseline() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "peers", Path(__file__).resolve().parents[1] / "benchmarks" / "peers.py")
+    assert spec is not None and spec.loader is not None
+    peers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peers)  # imports no llama_cpp until a peer is loaded
+
+    def row(config: str, base: str, tokens: int, seconds: float) -> dict[str, Any]:
+        return {"question_id": "1", "category": "qa", "config": config, "baseline": base,
+                "decode_tokens": tokens, "decode_seconds": seconds, "matches_baseline": True}
+
+    rows = [row("lcp k=2", "lcp plain", 30, 2.0), row("lcp plain", "lcp plain", 30, 1.0),
+            row("specchat off", "specchat off", 30, 1.5),
+            row("specchat ngram", "specchat off", 30, 1.0)]
+    names = ["lcp plain", "lcp k=2", "specchat off", "specchat ngram"]
+    sums = peers.summarize(rows, names)
+    assert list(sums["qa"]) == names  # fixed order, whatever order the runs came in
+    assert sums["overall"]["lcp k=2"]["speedup"] == pytest.approx(0.5)
+    assert sums["overall"]["specchat ngram"]["speedup"] == pytest.approx(1.5)
