@@ -17,7 +17,7 @@ target's distribution given everything before it, whatever happened in earlier s
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 
 import numpy as np
 
@@ -47,7 +47,7 @@ NGRAM_MAX_MATCH = 5  # longest n-gram the prompt-lookup index keeps
 def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOptions, *,
              draft: LogitsModel | None = None,
              token_bytes: Callable[[int], bytes] | None = None,
-             clock: Clock = time.perf_counter) -> Iterator[Event]:
+             clock: Clock = time.perf_counter) -> Generator[Event, None, None]:
     """Stream the answer to `prompt` (token ids) as Chunk events, then one Finished.
 
     Raises ValueError at once (not on first iteration) for an empty prompt, `spec="draft"`
@@ -106,7 +106,7 @@ class _Run:
         self.stats = StatsBuilder(mode=options.spec, prompt_tokens=len(prompt))
         self.decode_start = clock()
 
-    def events(self) -> Iterator[Event]:
+    def events(self) -> Generator[Event, None, None]:
         try:
             yield from self._decode()
         finally:
