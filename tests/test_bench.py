@@ -323,13 +323,16 @@ def test_cli_calibrate_says_when_calibration_is_missing(opened: dict, capsys: An
     assert "--calibrate is not available yet" in err
 
 
-def test_peer_script_compares_each_program_with_its_own_baseline() -> None:
+def test_peer_script_compares_each_program_with_its_own_baseline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
+    import sys
 
     spec = importlib.util.spec_from_file_location(
         "peers", Path(__file__).resolve().parents[1] / "benchmarks" / "peers.py")
     assert spec is not None and spec.loader is not None
     peers = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "peers", peers)  # dataclasses look their module up
     spec.loader.exec_module(peers)  # imports no llama_cpp until a peer is loaded
 
     def row(config: str, base: str, tokens: int, seconds: float) -> dict[str, Any]:
