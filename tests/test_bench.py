@@ -347,3 +347,15 @@ def test_peer_script_compares_each_program_with_its_own_baseline(
     assert list(sums["qa"]) == names  # fixed order, whatever order the runs came in
     assert sums["overall"]["lcp k=2"]["speedup"] == pytest.approx(0.5)
     assert sums["overall"]["specchat ngram"]["speedup"] == pytest.approx(1.5)
+
+
+def test_cli_stays_greedy_whatever_the_chat_environment_says(
+        opened: dict, tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECCHAT_TEMPERATURE", "0.7")
+    path = write_jsonl(tmp_path / "q.jsonl", LINES[:1])
+    code, out, err = run(["bench", str(path), "--modes", "ngram", "-n", "4", "--json", "-"],
+                         capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["settings"]["temperature"] == 0.0
+    assert "other_ms_per_step" in doc["summary"][OVERALL]["ngram"]

@@ -39,6 +39,8 @@ class ModeSummary:
     compared: int = 0  # runs whose greedy output was compared with `off`
     matched: int = 0
     divergences: list[tuple[str, int]] = field(default_factory=list)  # (question, token index)
+    verify_seconds: float = 0.0
+    draft_seconds: float = 0.0
 
     def add(self, record: RunRecord) -> None:
         self.prompts += 1
@@ -49,6 +51,8 @@ class ModeSummary:
         self.steps += record.steps
         self.drafted += record.drafted
         self.accepted += record.accepted
+        self.verify_seconds += float(record.stats.get("verify_seconds", 0.0))
+        self.draft_seconds += float(record.stats.get("draft_seconds", 0.0))
         if record.matched_off is not None:
             self.compared += 1
             self.matched += int(record.matched_off)
@@ -67,6 +71,15 @@ class ModeSummary:
     def acceptance(self) -> float | None:
         return self.accepted / self.drafted if self.drafted else None
 
+    @property
+    def other_ms_per_step(self) -> float | None:
+        """Decode time outside the target's verify calls and the drafter, per step: mostly
+        Python (sampling, acceptance, bookkeeping, detokenizing)."""
+        if not self.steps:
+            return None
+        other = self.decode_seconds - self.verify_seconds - self.draft_seconds
+        return 1000 * other / self.steps
+
     def speedup(self, baseline: ModeSummary) -> float | None:
         mine, base = self.tokens_per_second, baseline.tokens_per_second
         return mine / base if mine is not None and base else None
@@ -80,6 +93,8 @@ class ModeSummary:
             "tokens_per_second": self.tokens_per_second,
             "speedup": self.speedup(baseline) if baseline is not None else None,
             "tokens_per_step": self.tokens_per_step, "acceptance": self.acceptance,
+            "verify_seconds": self.verify_seconds, "draft_seconds": self.draft_seconds,
+            "other_ms_per_step": self.other_ms_per_step,
             "greedy_compared": self.compared, "greedy_matched": self.matched,
             "divergences": [{"question_id": q, "first_divergence": i}
                             for q, i in self.divergences],
@@ -133,6 +148,9 @@ def render(console: Console, summary: Summary, greedy: bool) -> None:
         rate = base.prompt_tokens / base.prompt_seconds if base.prompt_seconds else 0.0
         console.print(f"prefill (timed apart, not in the speeds above): {base.prompt_tokens} "
                       f"prompt tokens per mode, {rate:.0f} tok/s in mode off")
+        other = ", ".join(f"{m} {s.other_ms_per_step:.2f}" for m, s in overall.items()
+                          if s.other_ms_per_step is not None)
+        console.print(f"decode time outside verify and drafting, ms per step: {other}")
 
 
 def _table(category: str, by_mode: dict[str, ModeSummary], greedy: bool) -> Table:

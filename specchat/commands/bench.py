@@ -49,7 +49,10 @@ def bench(
         "Default: auto,ngram,draft (draft only when a draft model is loaded).")] = None,
     max_tokens: Annotated[int, typer.Option(
         "--max-tokens", "-n", help="New tokens per answer.")] = DEFAULT_MAX_TOKENS,
-    temperature: c.Temperature = 0.0, seed: c.Seed = None,
+    temperature: Annotated[float, typer.Option(
+        "--temperature", "-t", help="0 is greedy. No environment variable on purpose: a "
+        "SPECCHAT_TEMPERATURE meant for chat must not turn the benchmark sampled.")] = 0.0,
+    seed: c.Seed = None,
     draft_max: c.DraftMax = D.draft_max,
     json_file: Annotated[Optional[str], typer.Option(
         "--json", help="Write every run and the sums as JSON to FILE ('-': stdout, tables "
