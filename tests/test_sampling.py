@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from specchat.engine import sampling
 from specchat.engine.options import OptionError, SamplingOptions
 from specchat.engine.sampling import (
     greedy_token,
@@ -114,12 +113,19 @@ def test_top_p_and_min_p_judge_the_untempered_distribution() -> None:
         assert set(np.flatnonzero(p)) == {0, 1}
 
 
-def test_top_p_on_a_large_flat_vocabulary_widens_past_the_first_partition() -> None:
+def test_truncations_on_a_large_vocabulary_look_past_the_first_margin() -> None:
+    # A few likely tokens and a long tail 5-10 nats below: the candidate scan has to widen.
     rng = np.random.default_rng(1)
-    logits = rng.standard_normal(50_000) * 0.01  # nearly flat: needs ~45k tokens for 0.9
-    o = SamplingOptions(temperature=1.0, top_p=0.9)
-    np.testing.assert_allclose(probs(logits, [], o), reference(logits, [], o), atol=1e-15)
-    assert sampling._TOP_P_FIRST < np.count_nonzero(probs(logits, [], o))
+    logits = np.concatenate([np.zeros(10), -5 - 5 * rng.random(60_000)]).astype(np.float32)
+    rng.shuffle(logits)
+    for o, wide in ((SamplingOptions(temperature=0.7, top_p=0.9), True),
+                    (SamplingOptions(temperature=1.0, top_k=500), True),
+                    (SamplingOptions(temperature=1.2, top_k=20_000, top_p=0.5, min_p=0.001), True),
+                    (SamplingOptions(temperature=1.0, min_p=0.01, repeat_penalty=1.5), False)):
+        recent = list(range(0, 60_000, 7))
+        got = probs(logits, recent, o)
+        np.testing.assert_allclose(got, reference(logits, recent, o), rtol=1e-9, atol=1e-15)
+        assert (np.count_nonzero(got) > 10) == wide
 
 
 def test_greedy_is_argmax_of_penalized_logits_and_one_hot() -> None:

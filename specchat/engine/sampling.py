@@ -11,15 +11,20 @@ penalized logits, returned as a one-hot distribution where a distribution is ask
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Sequence
 
 import numpy as np
 
 from specchat.engine.options import SamplingOptions
 
-# Sorting a 150k-entry vocabulary per row costs milliseconds; top-p almost always stops
-# within the first few hundred tokens, so sort a partition first and widen only if needed.
-_TOP_P_FIRST = 256
+# Logit margins below the max tried, in turn, when looking for the few tokens a truncation
+# keeps: scanning with a threshold is a cheap pass, where a partition or sort of a 150k-entry
+# row costs milliseconds per row. The last margin (inf) takes everything.
+_MARGINS = (2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 32.0, 64.0, 128.0, math.inf)
+
+_scratch_local = threading.local()
 
 
 def recent_window(context: Sequence[int], extra: Sequence[int], n: int) -> list[int]:
@@ -29,110 +34,165 @@ def recent_window(context: Sequence[int], extra: Sequence[int], n: int) -> list[
     return (list(context[-n:]) + list(extra))[-n:]
 
 
+def _penalize(seen: np.ndarray, penalty: float) -> np.ndarray:
+    # llama.cpp's rule: positive logits divided, negative ones multiplied, so a seen token
+    # always becomes less likely (for penalty > 1). Repeated ids are penalized once.
+    return np.where(seen > 0, seen / penalty, seen * penalty)
+
+
 def repeat_penalty(logits: np.ndarray, recent: Sequence[int], penalty: float) -> np.ndarray:
-    """llama.cpp's rule: a token seen recently has a positive logit divided by the penalty
-    and a negative one multiplied, so the penalty always makes it less likely."""
+    """The penalized logits (a new array; the input is left alone)."""
     if penalty == 1.0 or not len(recent):
         return logits
     ids = np.asarray(recent, dtype=np.intp)
-    seen = logits[ids]
     out = logits.copy()
-    # Repeated ids just write the same value twice: each token is penalized once.
-    out[ids] = np.where(seen > 0, seen / penalty, seen * penalty)
+    out[ids] = _penalize(logits[ids], penalty)
     return out
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
     """Probabilities in float64; -inf entries get exactly 0."""
-    w = _weights(np.asarray(logits, dtype=np.float64))
+    x = np.asarray(logits, dtype=np.float64)
+    w = np.exp(x - x.max())
     return w / w.sum()
 
 
-def _weights(x: np.ndarray) -> np.ndarray:
-    """exp(x - max): unnormalized probabilities whose largest entry is exactly 1.
-
-    The truncation warps below work on these weights (a dropped token gets weight 0), which
-    spares a softmax per warp: on small vocabularies numpy call overhead is the whole cost.
-    """
-    return np.exp(x - x.max())
-
-
-def top_k(w: np.ndarray, k: int) -> np.ndarray:
-    """Keep the k heaviest tokens (all tokens tied with the k-th are kept: order-free)."""
-    if k <= 0 or k >= w.shape[-1]:
-        return w
-    kth = np.partition(w, -k)[-k]
-    return np.where(w >= kth, w, 0.0)
+def _scratch(n: int, slot: int) -> np.ndarray:
+    """A reused float64 work row: fresh 1.2 MB arrays per row cost page faults that, on the
+    small VMs specchat targets, outweigh the arithmetic."""
+    bufs: dict[tuple[int, int], np.ndarray] = _scratch_local.__dict__.setdefault("bufs", {})
+    buf = bufs.get((n, slot))
+    if buf is None:
+        buf = bufs[(n, slot)] = np.empty(n, dtype=np.float64)
+    return buf
 
 
-def top_p(w: np.ndarray, p: float) -> np.ndarray:
-    """Keep the smallest set of most likely tokens whose probability reaches p."""
+def _load(logits: np.ndarray, recent: Sequence[int], penalty: float) -> np.ndarray:
+    """Penalized logits as float64, in scratch slot 0 (valid until the next call)."""
+    x = _scratch(len(logits), 0)
+    x[...] = logits
+    if penalty != 1.0 and len(recent):
+        ids = np.asarray(recent, dtype=np.intp)
+        x[ids] = _penalize(x[ids], penalty)
+    return x
+
+
+# --- truncation warps --------------------------------------------------------------------
+# Each takes the penalized logits x, their max m and the token ids kept so far (None: all,
+# else ascending ids) and returns the ids it keeps. Dropped tokens get probability 0.
+
+def keep_top_k(x: np.ndarray, m: float, keep: np.ndarray | None, k: int) -> np.ndarray | None:
+    """The k most likely tokens (all tokens tied with the k-th are kept: order-free)."""
+    if k <= 0 or k >= (len(x) if keep is None else len(keep)):
+        return keep
+    if keep is None:
+        for margin in _MARGINS:
+            keep = np.flatnonzero(x >= m - margin)
+            if len(keep) >= k:
+                break
+    vals = x[keep]
+    kth = np.partition(vals, -k)[-k]
+    return keep[vals >= kth]
+
+
+def _nucleus(ids: np.ndarray, w: np.ndarray, target: float) -> np.ndarray | None:
+    """The heaviest ids whose weights first sum to >= target (None if they never do)."""
+    order = np.argsort(-w, kind="stable")  # ties: lower id first, whatever the candidates
+    cum = np.cumsum(w[order])
+    if cum[-1] < target:
+        return None
+    cut = int(np.searchsorted(cum, target))
+    return np.sort(ids[order[: cut + 1]])
+
+
+def keep_top_p(x: np.ndarray, m: float, keep: np.ndarray | None, p: float) -> np.ndarray | None:
+    """The smallest set of most likely tokens whose probability reaches p."""
     if p >= 1.0:
-        return w
-    n = w.shape[-1]
-    target = p * w.sum()
-    m = min(n, _TOP_P_FIRST)
-    while True:
-        if m < n:
-            idx = np.argpartition(-w, m - 1)[:m]
-            idx = idx[np.argsort(-w[idx], kind="stable")]
-        else:
-            idx = np.argsort(-w, kind="stable")
-        cum = np.cumsum(w[idx])
-        if cum[-1] >= target or m == n:
-            break
-        m = min(n, m * 8)
-    cut = min(int(np.searchsorted(cum, target)), len(idx) - 1)
-    out = np.zeros_like(w)
-    keep = idx[: cut + 1]
-    out[keep] = w[keep]
-    return out
+        return keep
+    if keep is not None:
+        w = np.exp(x[keep] - m)
+        found = _nucleus(keep, w, p * w.sum())
+        return keep if found is None else found
+    work = _scratch(len(x), 1)
+    np.subtract(x, m, out=work)
+    np.exp(work, out=work)
+    target = p * work.sum()
+    # The nucleus is a prefix of the tokens sorted by weight, and every token above a
+    # threshold is in the candidates, so once they reach the target the answer is exact.
+    for margin in _MARGINS:
+        ids = np.flatnonzero(x >= m - margin)
+        w = work[ids]
+        if margin != math.inf and w.sum() < target:
+            continue  # not enough mass yet: widen before paying for a sort
+        found = _nucleus(ids, w, target)
+        if found is not None:
+            return found
+    return None  # round-off kept the whole vocabulary just under p: keep everything
 
 
-def min_p(w: np.ndarray, p: float) -> np.ndarray:
-    """Keep tokens at least p times as likely as the most likely one."""
+def keep_min_p(x: np.ndarray, m: float, keep: np.ndarray | None, p: float) -> np.ndarray | None:
+    """Tokens at least p times as likely as the most likely one (which is always kept)."""
     if p <= 0.0:
-        return w
-    return np.where(w >= p * w.max(), w, 0.0)
-
-
-def temperature(w: np.ndarray, t: float) -> np.ndarray:
-    """exp(x/t) up to a constant is w ** (1/t); dropped tokens stay at exactly 0."""
-    return w if t == 1.0 else np.power(w, 1.0 / t)
-
-
-def warped_weights(logits: np.ndarray, recent: Sequence[int],
-                   opts: SamplingOptions) -> np.ndarray:
-    """Penalty, top-k, top-p, min-p (llama.cpp's order): unnormalized, before temperature."""
-    x = repeat_penalty(np.asarray(logits, dtype=np.float64), recent, opts.repeat_penalty)
-    w = _weights(x)
-    w = top_k(w, opts.top_k)
-    w = top_p(w, opts.top_p)
-    return min_p(w, opts.min_p)
+        return keep
+    floor = m + math.log(p)
+    return np.flatnonzero(x >= floor) if keep is None else keep[x[keep] >= floor]
 
 
 def greedy_token(logits: np.ndarray, recent: Sequence[int], opts: SamplingOptions) -> int:
     """The temperature-0 choice: argmax of the penalized logits (truncation cannot change
     the argmax, so it is skipped)."""
-    x = repeat_penalty(np.asarray(logits, dtype=np.float64), recent, opts.repeat_penalty)
-    return int(np.argmax(x))
+    x = np.asarray(logits)
+    if opts.repeat_penalty == 1.0 or not len(recent):
+        return int(x.argmax())
+    ids = np.asarray(recent, dtype=np.intp)
+    seen = x[ids]
+    if not x.flags.writeable:
+        x = x.copy()
+    # Penalize in place and put the values back: no copy of a 150k-entry row per token.
+    x[ids] = _penalize(seen, opts.repeat_penalty)
+    try:
+        return int(x.argmax())
+    finally:
+        x[ids] = seen
 
 
 def probs(logits: np.ndarray, recent: Sequence[int], opts: SamplingOptions) -> np.ndarray:
-    """The distribution a token is drawn from (float64, sums to 1); one-hot when greedy."""
+    """The distribution a token is drawn from (float64, sums to 1); one-hot when greedy.
+
+    llama.cpp's chain: penalty, top-k, top-p, min-p, then temperature on what is left.
+    """
+    n = np.shape(logits)[-1]
     if opts.greedy:
-        out = np.zeros(np.shape(logits)[-1], dtype=np.float64)
+        out = np.zeros(n, dtype=np.float64)
         out[greedy_token(logits, recent, opts)] = 1.0
         return out
-    w = temperature(warped_weights(logits, recent, opts), opts.temperature)
-    return w / w.sum()
+    x = _load(logits, recent, opts.repeat_penalty)
+    m = float(x.max())
+    keep = keep_top_k(x, m, None, opts.top_k)
+    keep = keep_top_p(x, m, keep, opts.top_p)
+    keep = keep_min_p(x, m, keep, opts.min_p)
+    inv_t = 1.0 / opts.temperature
+    if keep is None:
+        out = np.subtract(x, m)
+        out *= inv_t
+        np.exp(out, out=out)
+    else:
+        out = np.zeros(n, dtype=np.float64)
+        out[keep] = np.exp((x[keep] - m) * inv_t)
+    out /= out.sum()
+    return out
 
 
 def sample(dist: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one token by inverting the CDF; never returns a zero-probability token."""
+    """Draw one token by inverting the CDF over the tokens that can occur."""
+    n = len(dist)
+    if np.count_nonzero(dist) * 8 < n:  # truncated: walk only the tokens that can occur
+        ids = np.flatnonzero(dist)
+        cdf = dist[ids].cumsum()
+        i = int(cdf.searchsorted(rng.random() * cdf[-1], side="right"))
+        # u * total can round up to the total itself: that is the last possible token.
+        return int(ids[min(i, len(ids) - 1)])
     cdf = dist.cumsum()
+    # side="right" never lands on a zero-probability token: its CDF step is empty.
     i = int(cdf.searchsorted(rng.random() * cdf[-1], side="right"))
-    if i >= len(dist) or dist[i] <= 0:
-        # Float round-off at the top of the CDF: fall back to the last token that can occur.
-        i = int(np.flatnonzero(dist > 0)[-1])
-    return i
+    return i if i < n else int(np.flatnonzero(dist)[-1])
