@@ -73,14 +73,15 @@ def lcp_configs(model_path: str, args: argparse.Namespace) -> list[Config]:
     from llama_cpp import Llama
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-    common = dict(model_path=model_path, n_ctx=args.ctx, n_threads=args.threads,
-                  n_threads_batch=args.threads, n_gpu_layers=args.n_gpu_layers, verbose=False)
-    plain = Llama(**common)  # type: ignore[arg-type]
+    common: dict[str, Any] = {
+        "model_path": model_path, "n_ctx": args.ctx, "n_threads": args.threads,
+        "n_threads_batch": args.threads, "n_gpu_layers": args.n_gpu_layers, "verbose": False}
+    plain = Llama(**common)
     # A draft_model makes Llama keep logits for every position; logits_all=True must be
     # passed as well, or 0.3.36 sizes that array by n_batch and fails past 512 positions.
     # One such instance serves both lookup widths by swapping its draft_model between runs.
     lookup = Llama(draft_model=LlamaPromptLookupDecoding(num_pred_tokens=2), logits_all=True,
-                   **common)  # type: ignore[arg-type]
+                   **common)
 
     def runner(llm: Any, num_pred: int | None) -> Callable[[list[int], int], Timed]:
         def run(prompt: list[int], max_tokens: int) -> Timed:

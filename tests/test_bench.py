@@ -15,8 +15,14 @@ import pytest
 from specchat import cli
 from specchat.bench import prompts as bp
 from specchat.bench.report import OVERALL, summarize, to_json
-from specchat.bench.runner import (BenchResult, RunRecord, mark_greedy_matches, mode_order,
-                                   parse_modes, run_bench)
+from specchat.bench.runner import (
+    BenchResult,
+    RunRecord,
+    mark_greedy_matches,
+    mode_order,
+    parse_modes,
+    run_bench,
+)
 from specchat.commands import bench as bench_cmd
 from specchat.engine.events import Chunk, Event, Finished
 from specchat.engine.options import GenerationOptions
@@ -309,7 +315,7 @@ def test_cli_explicit_draft_mode_without_draft_model(opened: dict, capsys: Any) 
 def test_cli_default_modes_drop_draft_when_none_is_loaded(opened: dict, tmp_path: Path,
                                                            capsys: Any) -> None:
     path = write_jsonl(tmp_path / "q.jsonl", LINES[:1])
-    code, out, err = run(["bench", str(path), "-n", "4", "--no-warmup"], capsys)
+    code, _, err = run(["bench", str(path), "-n", "4", "--no-warmup"], capsys)
     assert code == 0, err
     assert "mode draft is left out" in err
     assert opened["settings"].spec == "draft"  # asked open_runtime for the default draft
@@ -359,3 +365,20 @@ def test_cli_stays_greedy_whatever_the_chat_environment_says(
     doc = json.loads(out)
     assert doc["settings"]["temperature"] == 0.0
     assert "other_ms_per_step" in doc["summary"][OVERALL]["ngram"]
+
+
+def test_ctrl_c_keeps_only_prompts_complete_in_every_mode() -> None:
+    calls: list[tuple[str, int]] = []
+    runtime = scripted(fake_runtime(), calls)
+    inner = runtime.stream
+
+    def stream(prompt: Sequence[int], options: GenerationOptions) -> Iterator[Event]:
+        if len(calls) == 3:  # the second prompt's second mode
+            raise KeyboardInterrupt
+        return inner(prompt, options)
+
+    runtime.stream = stream  # type: ignore[method-assign]
+    result = run_bench(runtime, small_prompts(3), ["off", "ngram"],
+                       GenerationOptions(max_tokens=20, spec="off"), warmup=False)
+    assert result.interrupted
+    assert [(r.question_id, r.mode) for r in result.records] == [("0", "off"), ("0", "ngram")]
