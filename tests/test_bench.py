@@ -327,6 +327,7 @@ def test_cli_calibrate_says_when_calibration_is_missing(opened: dict, capsys: An
     code, out, err = run(["bench", "--calibrate"], capsys)
     assert code == 1 and out == ""
     assert "--calibrate is not available yet" in err
+    assert "settings" not in opened  # said so before loading any model
 
 
 def test_peer_script_compares_each_program_with_its_own_baseline(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -76,13 +76,15 @@ def bench(
         repeat_last_n=D.sampling.repeat_last_n, seed=seed, max_tokens=max_tokens, stop=None,
         spec="off", draft_max=draft_max)
     mode_list = parse_modes(modes, DEFAULT_MODES)
+    calibration = _calibration() if calibrate else None
     chosen = [] if calibrate else _chosen_prompts(file, categories, limit)
     _check_writable(json_file)
     flags = c.ModelFlags(model=model, draft=draft, spec=_load_spec(mode_list, calibrate),
                          ctx=ctx, n_gpu_layers=n_gpu_layers, threads=threads, verbose=verbose)
     with open_runtime(flags.settings(quiet=json_file == "-")) as runtime:
-        if calibrate:
-            _calibrate(runtime)
+        if calibration is not None:
+            run, show = calibration
+            show(run(runtime.target))
             return
         mode_list = _available_modes(runtime, mode_list, explicit=modes is not None)
         with _progress(len(chosen) * len(mode_list)) as listener:
@@ -132,8 +134,8 @@ def _available_modes(runtime: Runtime, modes: list[str], explicit: bool) -> list
     return [m for m in modes if m != "draft"]
 
 
-def _calibrate(runtime: Runtime) -> None:
-    """Hand over to the calibration module (its table goes to stdout)."""
+def _calibration() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """calibrate() and print_table() of specchat.calibration, checked before any model loads."""
     try:
         from specchat import calibration
     except ImportError:
@@ -142,7 +144,7 @@ def _calibrate(runtime: Runtime) -> None:
     show = getattr(calibration, "print_table", None)
     if run is None or show is None:
         raise SpecchatError("--calibrate is not available yet in this build of specchat")
-    show(run(runtime.target))
+    return run, show
 
 
 @contextmanager
