@@ -255,7 +255,8 @@ class Renderer:
 
     def _line(self, text: str, style: str) -> None:
         if self.config.rich:
-            self.err_console.print(Text(text, style=style))
+            # soft_wrap: the terminal wraps long lines, rich inserts no newlines of its own
+            self.err_console.print(Text(text, style=style), soft_wrap=True)
         else:
             print(text, file=self.err, flush=True)
 

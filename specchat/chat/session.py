@@ -76,7 +76,9 @@ class ChatSession:
             finally:
                 # Closing runs the engine's cleanup, which leaves the KV caches consistent
                 # (a no-op when the generator already finished or raised).
-                events.close()
+                close = getattr(events, "close", None)
+                if close is not None:
+                    close()
             turn = self._commit(text, view.text, finished, interrupted, view)
             view.finish(finished, interrupted)
         return turn

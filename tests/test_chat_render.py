@@ -1,0 +1,95 @@
+"""Rendering: status and summary lines, terminal vs pipe, Markdown, --show-draft colours."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from specchat.chat.render import (Renderer, RenderConfig, speedup_estimate, status_text,
+                                  summary_text)
+from specchat.engine.events import Chunk
+from specchat.engine.stats import Stats
+from tests import chat_fakes as f
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+STATS = Stats(mode="draft", prompt_tokens=50, prompt_cached=40, prompt_seconds=0.02,
+              generated=30, steps=10, steps_drafted=8, steps_empty=2, drafted=32,
+              accepted=20, decode_seconds=1.5, last_k=4)
+
+
+def test_status_line_has_every_figure() -> None:
+    line = status_text(STATS, "qwen-0.5b")
+    assert line == ("draft (qwen-0.5b) · k=4 · acc 62% · 3.00 tok/step · 20.0 tok/s · "
+                    "≈3.00x est.")
+    assert status_text(None, None) == "reading the prompt…"
+    off = Stats(mode="off", generated=5, steps=5, decode_seconds=1.0)
+    assert status_text(off, None) == "off · 5.0 tok/s"
+    assert speedup_estimate(off) is None
+
+
+def test_summary_line() -> None:
+    line = summary_text(STATS, "qwen-0.5b", "length")
+    assert line == ("30 tok · 20.0 tok/s · draft (qwen-0.5b) · acc 62% · 3.00 tok/step · "
+                    "≈3.00x est. · prompt +10 tok 20 ms · max_tokens reached")
+    assert summary_text(STATS, None, "eog").endswith("prompt +10 tok 20 ms")
+
+
+def test_detect(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    assert RenderConfig.detect(Tty(), Tty()) == RenderConfig(True, True, False, True)
+    assert RenderConfig.detect(Tty(), Tty(), plain=True, show_draft=True) == RenderConfig(
+        True, False, True, True)
+    assert RenderConfig.detect(io.StringIO(), Tty()) == RenderConfig(False, False, False, True)
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert RenderConfig.detect(Tty(), Tty(), show_draft=True) == RenderConfig(
+        False, False, False, True)
+
+
+def _rich_session(tmp: Path, **config: bool) -> tuple[object, Tty, Tty]:
+    out, err = Tty(), Tty()
+    chat, _ = f.session(tmp)
+    rt = chat.runtime
+    cfg = RenderConfig(rich=True, markdown=config.get("markdown", True),
+                       show_draft=config.get("show_draft", False), summary=True)
+    chat.renderer = Renderer(cfg, out, err, token_bytes=rt.target.token_bytes)
+    return chat, out, err
+
+
+def test_terminal_answer_is_markdown_on_stdout_status_on_stderr(tmp_path: Path,
+                                                                  monkeypatch) -> None:  # type: ignore
+    chat, out, err = _rich_session(tmp_path)
+    answer = "# Title\n\n```python\nprint('hi')\n```\n"
+    stats = Stats(mode="off", generated=3, steps=3, decode_seconds=0.1)
+    monkeypatch.setattr(chat.runtime, "stream", lambda tokens, options: iter([  # type: ignore
+        Chunk(answer[:10], (1,), (False,), stats), Chunk(answer[10:], (2,), (False,), stats),
+        __import__("specchat.engine.events", fromlist=["Finished"]).Finished(
+            "eog", answer, (1, 2), stats)]))
+    turn = chat.ask("hi")  # type: ignore[attr-defined]
+    assert turn.assistant == answer
+    printed = out.getvalue()
+    assert "Title" in printed and "print" in printed and "```" not in printed
+    assert "\x1b[" in printed  # coloured / highlighted
+    status = err.getvalue()
+    assert "3 tok" in status and "Title" not in status.split("3 tok")[-1]
+
+
+def test_show_draft_colours_drafted_tokens(tmp_path: Path) -> None:
+    chat, out, err = _rich_session(tmp_path, show_draft=True)
+    rt = f.runtime(f.ChatModel(), draft=f.ChatModel())
+    chat.runtime = rt  # type: ignore[attr-defined]
+    chat.renderer.token_bytes = rt.target.token_bytes  # type: ignore[attr-defined]
+    chat.options = chat.options.with_values(spec="draft", draft_max=3)  # type: ignore
+    turn = chat.ask("hello")  # type: ignore[attr-defined]
+    assert turn is not None
+    printed = out.getvalue()
+    assert "\x1b[32m" in printed  # the draft's (accepted) tokens are green
+    plain = __import__("re").sub(r"\x1b\[[0-9;]*m", "", printed)
+    assert plain.strip() == turn.assistant.strip()
