@@ -246,15 +246,12 @@ def test_from_draft_marks_accepted_drafts() -> None:
     assert len(flags) == len(fin.tokens) and sum(flags) == fin.stats.accepted > 0
 
 
-def test_auto_mode_drafts_only_on_matches_of_three_and_adapts_k() -> None:
-    prompt = [1, 2, 3, 4, 5, 6, 7, 1, 2]  # only a 2-token match: auto must not draft
+def test_ngram_drafts_the_match_and_adaptive_k_grows_and_shrinks() -> None:
+    prompt = [1, 2, 3, 4, 5, 6, 7, 1, 2]
     rng = np.random.default_rng(0)
-    auto = make_drafter(opts("auto"), FakeModel(8), None)
     ngram = make_drafter(opts("ngram"), FakeModel(8), None)
-    assert auto is not None and ngram is not None
-    assert auto.propose(prompt, 4, rng).tokens == ()
+    assert ngram is not None
     assert ngram.propose(prompt, 4, rng).tokens == (3, 4, 5, 6)
-    assert auto.propose([*prompt, 3], 4, rng).tokens == (4, 5, 6, 7)
     k = AdaptiveK(16)
     assert k.next_k() == 4
     k.observe(4, 4)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 import numpy as np
 
 from specchat.engine.acceptance import accept_greedy, accept_sampled
+from specchat.engine.auto import AutoPolicy, AutoState
 from specchat.engine.controller import AdaptiveK, DraftController, FixedK
 from specchat.engine.drafters import (
     EMPTY_DRAFT,
@@ -40,15 +41,18 @@ from specchat.engine.text import TextStream
 
 Clock = Callable[[], float]
 
-AUTO_MIN_MATCH = 3  # `auto` drafts only on matches this long: shorter ones lose on CPUs
 NGRAM_MAX_MATCH = 5  # longest n-gram the prompt-lookup index keeps
 
 
 def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOptions, *,
              draft: LogitsModel | None = None,
              token_bytes: Callable[[int], bytes] | None = None,
-             clock: Clock = time.perf_counter) -> Generator[Event, None, None]:
+             clock: Clock = time.perf_counter,
+             auto: AutoState | None = None) -> Generator[Event, None, None]:
     """Stream the answer to `prompt` (token ids) as Chunk events, then one Finished.
+
+    `auto` carries what the `auto` mode measured and learnt in earlier answers (costs,
+    acceptance); without it `auto` starts from cautious CPU defaults.
 
     Raises ValueError at once (not on first iteration) for an empty prompt, `spec="draft"`
     without a draft model, or a draft whose vocabulary size differs from the target's.
@@ -56,8 +60,14 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
     tokens = [int(t) for t in prompt]
     if not tokens:
         raise ValueError("the prompt is empty: at least one token is needed")
-    run = _Run(target, tokens, options, make_drafter(options, target, draft),
-               make_controller(options), token_bytes or target.token_bytes, clock)
+    drafter: Drafter | None = make_drafter(options, target, draft)
+    controller: DraftController = make_controller(options)
+    if options.spec == "auto" and isinstance(drafter, PromptLookupDrafter):
+        model_drafter = DraftModelDrafter(draft, options.sampling) if draft is not None else None
+        drafter = controller = AutoPolicy(auto or AutoState(), drafter, model_drafter,
+                                          options.draft_max)
+    run = _Run(target, tokens, options, drafter, controller,
+               token_bytes or target.token_bytes, clock)
     return run.events()
 
 
@@ -73,18 +83,19 @@ def make_drafter(options: GenerationOptions, target: LogitsModel,
             raise ValueError(f"the draft has {draft.n_vocab} logits per token, the target "
                              f"{target.n_vocab}: they must share one vocabulary")
         return DraftModelDrafter(draft, options.sampling)
+    if options.spec == "auto" and draft is not None and draft.n_vocab != target.n_vocab:
+        raise ValueError(f"the draft has {draft.n_vocab} logits per token, the target "
+                         f"{target.n_vocab}: they must share one vocabulary")
     min_match = options.draft_min_match
-    if options.spec == "auto":
-        min_match = max(AUTO_MIN_MATCH, min_match)
     return PromptLookupDrafter(min_match, max(min_match, NGRAM_MAX_MATCH))
 
 
 def make_controller(options: GenerationOptions) -> DraftController:
+    """`draft` and `ngram` adapt k up to draft_max: a fixed long draft loses badly on CPUs
+    whenever the text stops being predictable (PHYSICS.md); `auto` replaces this."""
     if options.spec == "off":
         return FixedK(0)
-    if options.spec == "auto":
-        return AdaptiveK(options.draft_max)
-    return FixedK(options.draft_max)
+    return AdaptiveK(options.draft_max)
 
 
 class _Run:

@@ -1,0 +1,172 @@
+"""`auto`: per step, draft with whatever is expected to give the most tokens per second.
+
+The choice is between a plain step (k=0), prompt lookup (nearly free to propose, one-hot q)
+and the draft model (costs draft steps), each with its own k, from measured verify costs and
+the acceptance observed so far (per drafter, per draft position; for prompt lookup also by
+how long the n-gram match is). The state that learns lives in AutoState and is kept across
+answers (a chat, a benchmark), so each answer starts from what the last one taught.
+
+Exactness does not depend on any of this: the loop verifies whatever is proposed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from specchat.engine.cost import (
+    DRAFT_MODEL_PRIOR,
+    NGRAM_PRIORS,
+    AcceptanceModel,
+    Candidate,
+    Choice,
+    CostTable,
+    choose,
+    match_bucket,
+)
+from specchat.engine.drafters import EMPTY_DRAFT, Draft, DraftModelDrafter, PromptLookupDrafter
+
+# Ratios of a CPU verify batch to one step (PHYSICS.md, Qwen 1.5B on 2 cores): a cautious
+# starting point when nothing was measured; real runs calibrate at load.
+CPU_RATIOS = (1.0, 1.74, 2.39, 3.12, 3.58, 3.80, 4.8, 5.88, 6.0, 6.2, 6.4, 6.6, 6.8, 6.9,
+              7.0, 7.16, 7.5)
+BEST_DRAFT_ACCEPTANCE = 0.95  # above what same-family draft models reach (PHYSICS.md: 92%)
+MAX_MATCH_EXTENSION = 32  # how far back a match is followed to measure its real length
+
+
+@dataclass
+class AutoState:
+    """What `auto` has measured and learnt on this machine, kept across answers."""
+
+    target_costs: CostTable = field(
+        default_factory=lambda: CostTable.from_ratios(0.04, CPU_RATIOS))
+    draft_costs: CostTable | None = None
+    overhead: float = 0.0  # seconds per step outside verify and drafting (sampling, Python)
+    models: dict[Hashable, AcceptanceModel] = field(default_factory=dict)
+    decisions: Counter[str] = field(default_factory=Counter)
+    last: Choice = field(default_factory=lambda: Choice(None, 0, 1.0))
+
+    def model(self, key: Hashable) -> AcceptanceModel:
+        if key not in self.models:
+            prior = (NGRAM_PRIORS[key[1]] if isinstance(key, tuple) and key[0] == "ngram"
+                     else DRAFT_MODEL_PRIOR)
+            self.models[key] = AcceptanceModel(prior)
+        return self.models[key]
+
+    def draft_model_can_pay(self, k_max: int) -> bool:
+        """False when even the best acceptance a draft model reaches could not beat plain
+        steps: then the draft model is never prepared, so its prefill is not paid either."""
+        if self.draft_costs is None:
+            return False
+        step = self.draft_costs.cost(1)
+        plain = 1.0 / self.target_costs.cost(1)
+        for k in range(1, k_max + 1):
+            tokens = sum(BEST_DRAFT_ACCEPTANCE ** i for i in range(k + 1))
+            if tokens / (self.target_costs.cost(k + 1) + k * step) > plain * 1.02:
+                return True
+        return False
+
+    def explain(self) -> dict[str, Any]:
+        """Why auto drafts what it drafts: for /stats and --json."""
+        rates = {
+            _key_name(key): [round(m.rate(i), 3) for i in range(1, 5)]
+            for key, m in sorted(self.models.items(), key=lambda kv: _key_name(kv[0]))
+        }
+        return {
+            "verify_cost_ratios": [round(r, 2) for r in self.target_costs.ratios()],
+            "step_seconds": self.target_costs.cost(1),
+            "draft_step_ratio": (self.draft_costs.cost(1) / self.target_costs.cost(1)
+                                 if self.draft_costs else None),
+            "overhead_seconds": self.overhead,
+            "acceptance_estimates": rates,
+            "decisions": dict(self.decisions),
+            "last_choice": {"drafter": self.last.drafter, "k": self.last.k,
+                            "expected_speedup": round(self.last.expected_speedup, 3)},
+        }
+
+
+def _key_name(key: Hashable) -> str:
+    if isinstance(key, tuple) and key[0] == "ngram":
+        return f"ngram/match-bucket-{key[1]}"
+    return str(key)
+
+
+class AutoPolicy:
+    """Drafter and controller in one (the loop consults it through both protocols)."""
+
+    def __init__(self, state: AutoState, ngram: PromptLookupDrafter,
+                 draft: DraftModelDrafter | None, k_max: int) -> None:
+        self.state = state
+        self.ngram = ngram
+        self.k_max = k_max
+        self.draft = draft if draft is not None and state.draft_model_can_pay(k_max) else None
+        self._key: Hashable | None = None
+
+    # --- Drafter ---------------------------------------------------------------------------
+    def prepare(self, context: Sequence[int]) -> None:
+        self.ngram.prepare(context)
+        if self.draft is not None:
+            self.draft.prepare(context)
+
+    def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
+        self.ngram.prepare(context)  # syncs the index with the committed context
+        candidates = self._candidates(context, k)
+        choice = choose(self.state.target_costs, candidates, self.state.model,
+                        overhead=self.state.overhead)
+        self.state.last = choice
+        self.state.decisions[f"{choice.drafter or 'plain'}"] += 1
+        self._key = next((c.key for c in candidates if c.drafter == choice.drafter), None)
+        if choice.drafter == "ngram":
+            return Draft(tuple(self.ngram.index.continuation(choice.k)), None)
+        if choice.drafter == "draft" and self.draft is not None:
+            return self.draft.propose(context, choice.k, rng)
+        return EMPTY_DRAFT
+
+    def rollback(self, context: Sequence[int]) -> None:
+        if self.draft is not None:
+            self.draft.rollback(context)
+
+    def reset(self, context: Sequence[int]) -> None:
+        if self.draft is not None:
+            self.draft.reset(context)
+
+    # --- DraftController -------------------------------------------------------------------
+    def next_k(self) -> int:
+        return self.k_max
+
+    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
+                verify_seconds: float = 0.0) -> None:
+        self.state.target_costs.observe(drafted + 1, verify_seconds)
+        if self._key is not None and drafted:
+            self.state.model(self._key).observe(drafted, accepted)
+        self._key = None
+
+    # --- choosing ----------------------------------------------------------------------------
+    def _candidates(self, context: Sequence[int], k: int) -> list[Candidate]:
+        out: list[Candidate] = []
+        avail = self.ngram.index.continuation(k)
+        if avail:
+            length = self._match_length()
+            out.append(Candidate("ngram", ("ngram", match_bucket(length)), len(avail),
+                                 lambda _k: 0.0))
+        if self.draft is not None and self.state.draft_costs is not None:
+            costs = self.state.draft_costs
+            gap = max(1, len(context) - len(self.draft.model.tokens))
+            out.append(Candidate("draft", "draft", k,
+                                 lambda kk: costs.cost(gap) + (kk - 1) * costs.cost(1)))
+        return out
+
+    def _match_length(self) -> int:
+        """How long the suffix match really is (the index only keys up to a few tokens)."""
+        idx = self.ngram.index
+        n, start = idx.match()
+        toks, size = idx.tokens, len(idx.tokens)
+        length = n
+        while (length < MAX_MATCH_EXTENSION and start - length - 1 >= 0
+               and toks[start - length - 1] == toks[size - length - 1]):
+            length += 1
+        return length

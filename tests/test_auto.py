@@ -1,0 +1,203 @@
+"""The cost-aware `auto` mode: it drafts when the maths says it pays, and only then."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specchat.calibration import (
+    CalibrationCache,
+    break_even_acceptance,
+    measure,
+    table_from,
+)
+from specchat.engine.auto import CPU_RATIOS, AutoPolicy, AutoState
+from specchat.engine.cost import AcceptanceModel, Candidate, CostTable, choose, match_bucket
+from specchat.engine.drafters import DraftModelDrafter, PromptLookupDrafter
+from specchat.engine.events import Finished
+from specchat.engine.loop import generate
+from specchat.engine.options import GenerationOptions, SamplingOptions
+from tests.fakes import FakeModel
+
+GPU_RATIOS = [1.0 + 0.02 * i for i in range(17)]  # a verify batch costs about one step
+
+
+def cpu_state() -> AutoState:
+    return AutoState(target_costs=CostTable.from_ratios(0.04, CPU_RATIOS))
+
+
+def test_choose_prefers_a_plain_step_when_drafting_cannot_pay() -> None:
+    costs = CostTable.from_ratios(0.04, CPU_RATIOS)
+    weak = AcceptanceModel(prior=0.3)
+    cand = [Candidate("ngram", "x", 8, lambda k: 0.0)]
+    assert choose(costs, cand, lambda key: weak, optimism=0.0).k == 0
+
+
+def test_choose_drafts_long_when_acceptance_is_high_and_short_when_not() -> None:
+    costs = CostTable.from_ratios(0.04, CPU_RATIOS)
+    copying = AcceptanceModel(prior=0.8)
+    for _ in range(40):
+        copying.observe(16, 16)
+    cand = [Candidate("ngram", "x", 16, lambda k: 0.0)]
+    best = choose(costs, cand, lambda key: copying, optimism=0.0)
+    assert best.drafter == "ngram" and best.k == 16
+    assert best.expected_speedup == pytest.approx(17 / 7.5, rel=0.05)
+    gpu = CostTable.from_ratios(0.01, GPU_RATIOS)
+    middling = AcceptanceModel(prior=0.6)
+    assert choose(gpu, cand, lambda key: middling, optimism=0.0).k >= 3
+    assert choose(costs, cand, lambda key: middling, optimism=0.0).k == 0
+
+
+def test_draft_model_is_never_used_when_its_cost_rules_it_out() -> None:
+    state = cpu_state()
+    state.draft_costs = CostTable.from_ratios(0.04 * 0.53, CPU_RATIOS)  # PHYSICS.md's pair
+    assert not state.draft_model_can_pay(16)
+    gpu = AutoState(target_costs=CostTable.from_ratios(0.01, GPU_RATIOS),
+                    draft_costs=CostTable.from_ratios(0.002, GPU_RATIOS))
+    assert gpu.draft_model_can_pay(16)
+
+
+def test_break_even_matches_physics() -> None:
+    cpu = CostTable.from_ratios(0.04, CPU_RATIOS)
+    assert break_even_acceptance(cpu, 0.04 * 0.53, 3) == float("inf")
+    gpu = CostTable.from_ratios(0.01, GPU_RATIOS)
+    a = break_even_acceptance(gpu, 0.002, 4)
+    assert 0.0 < a < 0.5
+
+
+def test_acceptance_model_learns_and_forgets() -> None:
+    m = AcceptanceModel(prior=0.5)
+    for _ in range(50):
+        m.observe(4, 4)
+    assert m.rate(1) > 0.9 and m.rate(4) > 0.9
+    for _ in range(200):
+        m.observe(4, 0)
+    assert m.rate(1) < 0.1
+
+
+def test_cost_table_stays_monotone_under_noise() -> None:
+    t = CostTable.from_ratios(0.04, CPU_RATIOS)
+    for _ in range(100):
+        t.observe(3, 0.001)  # absurdly fast observations must not make n=3 cheaper than n=2
+    assert all(b >= a for a, b in zip(t.seconds, t.seconds[1:]))
+
+
+def test_match_buckets() -> None:
+    assert [match_bucket(n) for n in (1, 2, 3, 4, 5, 7, 8, 15, 16, 40)] == \
+        [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+
+
+def copy_model(text: list[int], n_vocab: int = 16) -> FakeModel:
+    """A target that copies `text`: after any token, the one that followed it in `text`."""
+    follow = {a: b for a, b in zip(text, text[1:])}
+
+    def logits(context: list[int]) -> np.ndarray:
+        row = np.full(n_vocab, -5.0, dtype=np.float32)
+        row[follow.get(context[-1], 0)] = 5.0
+        return row
+    return FakeModel(n_vocab=n_vocab, logits_fn=logits)
+
+
+def run(target: FakeModel, prompt: list[int], state: AutoState, n: int = 40,
+        draft: FakeModel | None = None) -> Finished:
+    options = GenerationOptions(sampling=SamplingOptions(), max_tokens=n, spec="auto")
+    events = list(generate(target, prompt, options, draft=draft, auto=state))
+    last = events[-1]
+    assert isinstance(last, Finished)
+    return last
+
+
+def test_auto_copies_long_spans_when_the_text_repeats() -> None:
+    text = list(range(1, 15))
+    target = copy_model(text)
+    state = cpu_state()
+    first = run(target, text + text[:3], state, n=10)
+    assert first.tokens == tuple(text[3:13])
+    # Once full accepts were seen the drafts grow: fewer target steps than tokens.
+    for _ in range(3):
+        done = run(copy_model(text), text + text[:3], state, n=10)
+    assert done.stats.drafted > 0
+    assert done.stats.tokens_per_step > 2.0
+    assert state.decisions["ngram"] > 0
+
+
+def test_auto_stops_drafting_when_drafts_keep_failing() -> None:
+    rng = np.random.default_rng(1)
+    prompt = [int(t) for t in rng.integers(0, 8, 60)]
+    state = cpu_state()
+    for seed in range(6):
+        run(FakeModel(8, seed=seed), prompt, state, n=60)
+    last = run(FakeModel(8, seed=99), prompt, state, n=60)
+    assert (last.stats.acceptance or 0) < 0.7
+    assert last.stats.steps_empty > last.stats.steps_drafted
+
+
+def test_auto_output_equals_plain_output() -> None:
+    prompt = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
+    for seed in range(5):
+        off = list(generate(FakeModel(8, seed=seed), prompt,
+                            GenerationOptions(max_tokens=40, spec="off")))[-1]
+        auto = run(FakeModel(8, seed=seed), prompt, cpu_state(), n=40,
+                   draft=FakeModel(8, seed=seed + 100))
+        assert isinstance(off, Finished)
+        assert auto.tokens == off.tokens
+
+
+def test_auto_uses_a_draft_model_that_pays_and_skips_one_that_cannot() -> None:
+    prompt = [1, 2, 3]
+    gpu = AutoState(target_costs=CostTable.from_ratios(0.01, GPU_RATIOS),
+                    draft_costs=CostTable.from_ratios(0.0005, GPU_RATIOS))
+    draft = FakeModel(8, seed=5)
+    done = run(FakeModel(8, seed=5), prompt, gpu, n=30, draft=draft)
+    assert gpu.decisions["draft"] > 0 and done.stats.acceptance == 1.0
+    cpu = cpu_state()
+    cpu.draft_costs = CostTable.from_ratios(0.04 * 0.53, CPU_RATIOS)
+    idle = FakeModel(8, seed=5)
+    run(FakeModel(8, seed=5), prompt, cpu, n=30, draft=idle)
+    assert idle.evaluated == 0  # never even prefilled
+
+
+def test_policy_explains_itself() -> None:
+    state = cpu_state()
+    run(copy_model(list(range(1, 15))), list(range(1, 15)) + [1, 2, 3], state, n=8)
+    info = state.explain()
+    json.dumps(info)
+    assert info["verify_cost_ratios"][0] == 1.0
+    assert "ngram" in "".join(info["acceptance_estimates"])
+
+
+def test_policy_reports_drafter_and_controller_protocols() -> None:
+    policy = AutoPolicy(cpu_state(), PromptLookupDrafter(2, 5), None, 8)
+    assert policy.next_k() == 8
+    assert policy.propose([1, 2], 4, np.random.default_rng(0)).tokens == ()
+
+
+def test_calibration_measures_restores_cache_and_caches(tmp_path: Path) -> None:
+    model = FakeModel(n_vocab=16)
+    model.eval([1, 2, 3], [])
+    ticks = iter(range(10_000))
+    measured = measure(model, sizes=(1, 2, 4), repeats=2, clock=lambda: float(next(ticks)))
+    assert list(model.tokens) == [1, 2, 3]
+    assert set(measured) == {1, 2, 4}
+    table = table_from({1: 1.0, 2: 1.5, 4: 2.5})
+    assert table.seconds[:4] == [1.0, 1.5, 2.0, 2.5]
+    assert table.seconds[-1] == 2.5
+    cache = CalibrationCache(tmp_path / "calibration.json")
+    assert cache.load("k") is None
+    cache.save("k", table, "fake")
+    loaded = cache.load("k")
+    assert loaded is not None and loaded.seconds == table.seconds
+    (tmp_path / "calibration.json").write_text("{not json")
+    assert cache.load("k") is None  # a corrupt cache is ignored, not fatal
+    cache.save("k", table, "fake")
+    assert cache.load("k") is not None
+
+
+def test_draft_drafter_type_is_reused() -> None:
+    # AutoPolicy wraps the same drafters the fixed modes use: no second implementation.
+    policy = AutoPolicy(cpu_state(), PromptLookupDrafter(2, 5),
+                        DraftModelDrafter(FakeModel(8), SamplingOptions()), 4)
+    assert policy.draft is None  # CPU defaults and no draft costs: the draft cannot pay
