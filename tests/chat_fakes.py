@@ -8,7 +8,7 @@ the condition under which a second turn can reuse the whole cached prefix.
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -28,18 +28,17 @@ PIECES = [c.encode() for c in CHARS] + [b"", b"", b"", b""]
 
 
 class ChatModel(FakeModel):
-    """Never emits role tokens; ends a message now and then; can raise Ctrl-C on cue."""
+    """Never emits role tokens; ends a message now and then; can raise Ctrl-C on cue.
+
+    Its logits are its own pure function of (seed, last two tokens), independent of how
+    FakeModel computes its default ones.
+    """
 
     def __init__(self, seed: int = 0, n_ctx: int = 4096, **kw: object) -> None:
         super().__init__(N_VOCAB, seed=seed, order=2, n_ctx=n_ctx, eog=(END,),
-                         pieces=PIECES, **kw)  # type: ignore[arg-type]
+                         pieces=PIECES, logits_fn=_chat_logits(seed),
+                         **kw)  # type: ignore[arg-type]
         self.interrupt_after_calls: int | None = None
-
-    def logits_for(self, context: Sequence[int]) -> np.ndarray:
-        logits = super().logits_for(context).copy()
-        logits[list(ROLES.values())] = -1e9
-        logits[END] -= 3.0  # answers of a few dozen tokens, not one
-        return logits
 
     def eval(self, tokens: Sequence[int], logit_rows: Sequence[int]) -> np.ndarray:
         if self.interrupt_after_calls is not None:
@@ -48,6 +47,22 @@ class ChatModel(FakeModel):
                 raise KeyboardInterrupt  # before touching the cache, as a signal would
             self.interrupt_after_calls -= 1
         return super().eval(tokens, logit_rows)
+
+
+def _chat_logits(seed: int) -> Callable[[Sequence[int]], np.ndarray]:
+    memo: dict[tuple[int, ...], np.ndarray] = {}
+
+    def logits(context: Sequence[int]) -> np.ndarray:
+        tail = tuple(int(t) for t in context[-2:])
+        tail = (N_VOCAB,) * (2 - len(tail)) + tail
+        if tail not in memo:
+            row = np.random.default_rng([seed, *tail]).standard_normal(N_VOCAB) * 2.0
+            row[list(ROLES.values())] = -1e9
+            row[END] -= 3.0  # answers of a few dozen tokens, not one
+            memo[tail] = row.astype(np.float32)
+        return memo[tail]
+
+    return logits
 
 
 def encode(text: str) -> list[int]:
