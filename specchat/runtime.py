@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specchat.engine.auto import AutoState
 from specchat.engine.events import Event
 from specchat.engine.loop import generate
 from specchat.engine.options import GenerationOptions
@@ -45,12 +46,13 @@ class Runtime:
     info: RuntimeInfo
     speculation_allowed: bool = True
     closers: list[Callable[[], None]] = field(default_factory=list)
+    auto: AutoState = field(default_factory=AutoState)  # learnt across answers
 
     def stream(self, prompt: Sequence[int], options: GenerationOptions) -> Iterator[Event]:
         """Generate an answer to `prompt` tokens; the mode comes from options.spec."""
         options = self.effective_options(options)
         draft = self.draft if options.spec in ("draft", "auto") else None
-        return generate(self.target, prompt, options, draft=draft)
+        return generate(self.target, prompt, options, draft=draft, auto=self.auto)
 
     def effective_options(self, options: GenerationOptions) -> GenerationOptions:
         """Check the mode against what is loaded; refuse what cannot be honoured."""
@@ -133,12 +135,40 @@ def open_runtime(settings: LoadSettings) -> Runtime:
     )
     if template.is_fallback and not settings.quiet:
         print(f"specchat: note: {template.note}", file=sys.stderr)
-    return Runtime(
+    runtime = Runtime(
         target=target, draft=draft,
         chat_tokens=lambda messages: chat_tokens(target, template, list(messages)),
         raw_tokens=lambda text: target.tokenize(text, add_special=True, parse_special=False),
         info=info, speculation_allowed=not target.is_recurrent, closers=closers,
     )
+    if settings.spec == "auto" and runtime.speculation_allowed:
+        runtime.auto = measured_auto_state(runtime, settings)
+    return runtime
+
+
+def measured_auto_state(runtime: Runtime, settings: LoadSettings) -> AutoState:
+    """Cost tables for `auto`: from the calibration cache, else measured now (once)."""
+    from specchat.calibration import CalibrationCache, machine_key, measure, table_from
+    from specchat.models import cache_dir
+
+    cache = CalibrationCache(cache_dir().parent / "calibration.json")
+    knobs: dict[str, object] = {"n_gpu_layers": settings.n_gpu_layers,
+                                "threads": settings.threads, "version": 1}
+    tables = []
+    pairs = [(runtime.target, runtime.info.target_path, (1, 2, 3, 4, 5, 6, 8, 12, 17))]
+    if runtime.draft is not None:
+        pairs.append((runtime.draft, runtime.info.draft_path or "", (1, 2, 4, 8, 17)))
+    for model, path, sizes in pairs:
+        key = machine_key(Path(path), knobs)
+        table = cache.load(key)
+        if table is None:
+            if not settings.quiet:
+                print(f"specchat: measuring what {Path(path).name} costs on this machine "
+                      "(once; cached)", file=sys.stderr)
+            table = table_from(measure(model, sizes=sizes))
+            cache.save(key, table, Path(path).name)
+        tables.append(table)
+    return AutoState(target_costs=tables[0], draft_costs=tables[1] if len(tables) > 1 else None)
 
 
 def model_label(path: Path | str) -> str:
