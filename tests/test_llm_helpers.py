@@ -9,8 +9,15 @@ import pytest
 
 from specchat.errors import ModelError
 from specchat.llm.helpers import (
-    check_gguf_file, chunk_spans, log_reason, normalize_rows, read_negative_size, read_snprintf,
-    read_tokens, rows_in_span,
+    LogSink,
+    check_gguf_file,
+    chunk_spans,
+    log_reason,
+    normalize_rows,
+    read_negative_size,
+    read_snprintf,
+    read_tokens,
+    rows_in_span,
 )
 
 
@@ -71,3 +78,26 @@ def test_log_reason_is_the_first_cause_without_function_names() -> None:
              "llama_model_load: error loading model: llama_model_loader: failed to load model\n"]
     assert log_reason(lines) == "failed to read key-value pairs"
     assert log_reason([]) == "no details (rerun with --verbose)"
+
+
+def test_log_sink_is_quiet_keeps_errors_and_holds_ctrl_c(capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    sink = LogSink()
+    sink(2, b"info line\n", None)
+    sink(LogSink.ERROR, b"load: bad file\n", None)
+    sink(LogSink.CONT, b"more of it\n", None)
+    assert list(sink.errors) == ["load: bad file\n", "more of it\n"]
+    assert capsys.readouterr() == ("", "")
+    sink.verbose = True
+    sink(2, b"shown\n", None)
+    assert capsys.readouterr().err == "shown\n"
+
+    def interrupted_write(text: str) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("sys.stderr.write", interrupted_write)
+    sink(2, b"x", None)  # must not raise inside a C callback
+    monkeypatch.undo()
+    with pytest.raises(KeyboardInterrupt):
+        sink.raise_pending_interrupt()
+    sink.raise_pending_interrupt()  # only once

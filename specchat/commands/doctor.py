@@ -90,8 +90,8 @@ def collect() -> tuple[list[tuple[str, str]], bool]:
     rows += llama_rows
     rows += _cache_rows()
     if built is None:
-        rows.append(("hint", "install llama-cpp-python: backends/install.sh "
-                             f"{suggest_profile('CPU', Machine.here())[0]}"))
+        profile = suggest_profile("CPU", Machine.here())[0]
+        rows.append(("hint", f"install llama-cpp-python: backends/install.sh {profile}"))
     else:
         profile, hint = suggest_profile(built, Machine.here())
         rows.append(("profile", profile))
@@ -136,7 +136,7 @@ def _guard(label: str, probe: Callable[[], list[tuple[str, str]]]) -> list[tuple
     """Run a probe; a failure becomes one row saying so (e.g. a malformed models.toml)."""
     try:
         return probe()
-    except Exception as exc:  # doctor reports problems, it does not stop at them
+    except Exception as exc:  # noqa: BLE001 - doctor reports problems, it does not stop at them
         return [(label, f"cannot check: {exc}")]
 
 

@@ -18,8 +18,8 @@ _BACKEND_NAMES = frozenset({
 })
 
 __all__ = [
-    "ChatTemplate", "StreamDecoder", "VocabInfo", "chat_tokens", "check_compatible",
-    "compatibility_problems", *sorted(_BACKEND_NAMES),
+    "ChatTemplate", "LlamaModel", "StreamDecoder", "VocabInfo", "chat_tokens", "check_compatible",
+    "compatibility_problems", "gpu_offload_supported", "load_model", "requantize", "system_info",
 ]
 
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import llama_cpp
 import numpy as np
@@ -21,39 +20,35 @@ import numpy as np
 from specchat.engine.protocol import ContextFullError
 from specchat.errors import ModelError, UsageError
 from specchat.llm.helpers import (
-    VOCAB_TYPES, check_gguf_file, chunk_spans, default_threads, log_reason, normalize_rows,
-    ggml_registry, read_negative_size, read_snprintf, read_tokens, rows_in_span, token_or_none,
+    VOCAB_TYPES,
+    LogSink,
+    check_gguf_file,
+    chunk_spans,
+    default_threads,
+    ggml_registry,
+    log_reason,
+    normalize_rows,
+    read_negative_size,
+    read_snprintf,
+    read_tokens,
+    rows_in_span,
+    token_or_none,
 )
 from specchat.llm.vocab import VocabInfo
 
 # --- llama.cpp's log --------------------------------------------------------------------------
-# llama.cpp logs from C straight to stderr; llama-cpp-python's own callback prints everything
-# unless its logger is configured. Ours keeps the last errors (for one-line error messages)
-# and prints only when asked. The callback object must stay referenced forever.
-_LOG_TAIL: deque[str] = deque(maxlen=16)
-_LOG_STATE = {"verbose": False, "level": 0}
-_LEVEL_ERROR, _LEVEL_CONT = 4, 5  # enum ggml_log_level (ggml.h)
-
-
-def _on_log(level: int, text: bytes | None, _user_data: Any) -> None:
-    message = (text or b"").decode("utf-8", errors="replace")
-    if level == _LEVEL_CONT:
-        level = _LOG_STATE["level"]
-    _LOG_STATE["level"] = level
-    if level == _LEVEL_ERROR:
-        _LOG_TAIL.append(message)
-    if _LOG_STATE["verbose"]:
-        sys.stderr.write(message)
-
-
-_LOG_CALLBACK = llama_cpp.llama_log_callback(_on_log)
+# llama.cpp logs from C straight to stderr, and llama-cpp-python's own callback prints
+# everything unless its logger is configured; ours is quiet unless verbose. The callback
+# object must stay referenced for as long as the library may call it: forever.
+_LOG = LogSink()
+_LOG_CALLBACK = llama_cpp.llama_log_callback(_LOG)
 llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
 llama_cpp.llama_backend_init()
 
 
 def set_verbose(verbose: bool) -> None:
     """Let llama.cpp's own log through to stderr (--verbose), or keep it quiet."""
-    _LOG_STATE["verbose"] = bool(verbose)
+    _LOG.verbose = bool(verbose)
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -73,14 +68,17 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
     path = Path(path)
     check_gguf_file(path)
     set_verbose(verbose)
-    _LOG_TAIL.clear()
+    _LOG.errors.clear()
     params = llama_cpp.llama_model_default_params()
     if n_gpu_layers is None:
         n_gpu_layers = -1 if gpu_offload_supported() else 0
     params.n_gpu_layers = n_gpu_layers  # negative: all layers
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if _LOG.interrupted and model:
+        llama_cpp.llama_model_free(model)
+    _LOG.raise_pending_interrupt()
     if not model:
-        raise ModelError(f"llama.cpp could not load {path}: {log_reason(_LOG_TAIL)}")
+        raise ModelError(f"llama.cpp could not load {path}: {log_reason(_LOG.errors)}")
     try:
         ctx = _new_context(model, n_ctx, n_batch, n_threads or default_threads())
     except BaseException:
@@ -101,9 +99,12 @@ def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int) -> Any:
         # cells the window already dropped.
         params.swa_full = True
     ctx = llama_cpp.llama_init_from_model(model, params)
+    if _LOG.interrupted and ctx:
+        llama_cpp.llama_free(ctx)
+    _LOG.raise_pending_interrupt()
     if not ctx:
         raise ModelError(f"llama.cpp could not create a {n_ctx}-token context: "
-                         f"{log_reason(_LOG_TAIL)}")
+                         f"{log_reason(_LOG.errors)}")
     return ctx
 
 
@@ -193,11 +194,12 @@ class LlamaModel:
         for _, i in wanted:
             self._want_out[i] = 1
         self._batch.n_tokens = m
-        _LOG_TAIL.clear()
+        _LOG.errors.clear()
         rc = llama_cpp.llama_decode(self._ctx, self._batch)
+        _LOG.raise_pending_interrupt()  # the except in eval() drops this chunk again
         if rc != 0:
             raise ModelError(f"llama_decode failed (code {rc}) at position {pos}: "
-                             f"{log_reason(_LOG_TAIL)}")
+                             f"{log_reason(_LOG.errors)}")
         self._tokens.extend(ids.tolist())
         for k, i in wanted:
             row = llama_cpp.llama_get_logits_ith(self._ctx, i)
@@ -264,8 +266,8 @@ class LlamaModel:
             key_at = llama_cpp.llama_model_meta_key_by_index
             val_at = llama_cpp.llama_model_meta_val_str_by_index
             for i in range(llama_cpp.llama_model_meta_count(self._model)):
-                key = read_snprintf(lambda buf, size: key_at(self._model, i, buf, size))
-                val = read_snprintf(lambda buf, size: val_at(self._model, i, buf, size))
+                key = read_snprintf(lambda buf, size, i=i: key_at(self._model, i, buf, size))
+                val = read_snprintf(lambda buf, size, i=i: val_at(self._model, i, buf, size))
                 self._metadata[key.decode(errors="replace")] = val.decode(errors="replace")
         return self._metadata
 
@@ -328,7 +330,7 @@ class LlamaModel:
             self._ctx = self._model = None
             self._tokens.clear()
 
-    def __enter__(self) -> LlamaModel:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -337,7 +339,7 @@ class LlamaModel:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # interpreter shutdown may have torn llama_cpp down already
+        except Exception:  # noqa: BLE001, S110 - at interpreter exit llama_cpp may be gone
             pass
 
 
@@ -361,13 +363,13 @@ def requantize(src: Path | str, dst: Path | str, ftype_name: str,
     params.allow_requantize = True
     params.nthread = n_threads or default_threads()
     part = dst.with_name(dst.name + ".part")
-    _LOG_TAIL.clear()
+    _LOG.errors.clear()
     rc = llama_cpp.llama_model_quantize(str(src).encode(), str(part).encode(),
                                         ctypes.byref(params))
     if rc != 0:
         part.unlink(missing_ok=True)
         raise ModelError(f"requantizing {src.name} to {ftype_name} failed: "
-                         f"{log_reason(_LOG_TAIL)}")
+                         f"{log_reason(_LOG.errors)}")
     os.replace(part, dst)
     return dst
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import sys
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,6 +20,39 @@ GGUF_MAGIC = b"GGUF"
 
 # enum llama_vocab_type, by value.
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
+
+
+class LogSink:
+    """Where llama.cpp's C log lines go (installed with llama_log_set by the backend).
+
+    Keeps the last error lines for one-line error messages and prints only when verbose.
+    """
+
+    ERROR, CONT = 4, 5  # enum ggml_log_level (ggml.h)
+
+    def __init__(self) -> None:
+        self.verbose = False
+        self.errors: deque[str] = deque(maxlen=16)
+        self.interrupted = False
+        self._level = 0
+
+    def __call__(self, level: int, text: bytes | None, _user_data: object) -> None:
+        try:
+            message = (text or b"").decode("utf-8", errors="replace")
+            self._level = level = self._level if level == self.CONT else level
+            if level == self.ERROR:
+                self.errors.append(message)
+            if self.verbose:
+                sys.stderr.write(message)
+        except KeyboardInterrupt:
+            # Ctrl-C while C code calls back into Python: ctypes would print and swallow it.
+            # Keep it until the C call returns (raise_pending_interrupt).
+            self.interrupted = True
+
+    def raise_pending_interrupt(self) -> None:
+        if self.interrupted:
+            self.interrupted = False
+            raise KeyboardInterrupt
 
 
 def normalize_rows(logit_rows: Sequence[int], n: int) -> list[int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Union
+from typing import Protocol
 
 from specchat.errors import UsageError
 
@@ -38,7 +38,7 @@ class HasVocabInfo(Protocol):
     def vocab_info(self) -> VocabInfo: ...
 
 
-VocabSource = Union[VocabInfo, HasVocabInfo]
+VocabSource = VocabInfo | HasVocabInfo
 
 
 def compatibility_problems(a: VocabInfo, b: VocabInfo) -> list[str]:
