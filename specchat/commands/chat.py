@@ -77,7 +77,10 @@ def chat(
         errors.record(exc)
         raise SpecchatError(f"{type(exc).__name__}: {exc} ({errors.hint()})") from None
     if code:
-        raise typer.Exit(code)
+        # SystemExit, not typer.Exit: cli.main reports a returned 130 as "error: interrupted",
+        # and leaving the chat with Ctrl-C is a choice, not an error (the interrupted
+        # one-shot answer has already said so).
+        sys.exit(code)
 
 
 def pick_conversation(continue_: bool, load: Path | None) -> tuple[Conversation, Store]:
