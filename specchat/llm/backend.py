@@ -46,11 +46,6 @@ llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
 llama_cpp.llama_backend_init()
 
 
-def set_verbose(verbose: bool) -> None:
-    """Let llama.cpp's own log through to stderr (--verbose), or keep it quiet."""
-    _LOG.verbose = bool(verbose)
-
-
 # --- loading ------------------------------------------------------------------------------------
 def gpu_offload_supported() -> bool:
     """True when this llama.cpp build has a GPU backend and it found a device."""
@@ -67,7 +62,7 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
     """
     path = Path(path)
     check_gguf_file(path)
-    set_verbose(verbose)
+    _LOG.verbose = verbose  # process-wide: llama.cpp has one log callback
     _LOG.errors.clear()
     params = llama_cpp.llama_model_default_params()
     if n_gpu_layers is None:
@@ -263,13 +258,14 @@ class LlamaModel:
         """GGUF key/value metadata (scalars as strings; arrays are not exposed by llama.cpp)."""
         if self._metadata is None:
             self._metadata = {}
-            key_at = llama_cpp.llama_model_meta_key_by_index
-            val_at = llama_cpp.llama_model_meta_val_str_by_index
             for i in range(llama_cpp.llama_model_meta_count(self._model)):
-                key = read_snprintf(lambda buf, size, i=i: key_at(self._model, i, buf, size))
-                val = read_snprintf(lambda buf, size, i=i: val_at(self._model, i, buf, size))
-                self._metadata[key.decode(errors="replace")] = val.decode(errors="replace")
+                key = self._meta(llama_cpp.llama_model_meta_key_by_index, i)
+                self._metadata[key] = self._meta(llama_cpp.llama_model_meta_val_str_by_index, i)
         return self._metadata
+
+    def _meta(self, getter: Any, index: int) -> str:
+        raw = read_snprintf(lambda buf, size: int(getter(self._model, index, buf, size)))
+        return raw.decode("utf-8", errors="replace")
 
     @property
     def architecture(self) -> str:

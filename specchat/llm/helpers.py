@@ -13,6 +13,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from specchat.errors import ModelError
 
@@ -120,7 +121,7 @@ def log_reason(lines: Sequence[str]) -> str:
 # llama.cpp's text getters write into a caller's buffer. Two conventions: "returns -needed when
 # the buffer is too small" (tokenize, token_to_piece, detokenize) and snprintf's "returns the
 # full length, truncated to the buffer" (metadata getters).
-def read_negative_size(fill: Callable[[ctypes.Array, int], int], size: int) -> bytes:
+def read_negative_size(fill: Callable[[Any, int], int], size: int) -> bytes:
     """Bytes from fill(buf, size), retried once with the size fill says it needs."""
     while True:
         buf = ctypes.create_string_buffer(max(size, 1))
@@ -130,7 +131,7 @@ def read_negative_size(fill: Callable[[ctypes.Array, int], int], size: int) -> b
         size = -n
 
 
-def read_snprintf(fill: Callable[[ctypes.Array, int], int], size: int = 256) -> bytes:
+def read_snprintf(fill: Callable[[Any, int], int], size: int = 256) -> bytes:
     """Bytes from an snprintf-style fill(buf, size); empty when it reports failure (-1)."""
     while True:
         buf = ctypes.create_string_buffer(size)
@@ -142,7 +143,7 @@ def read_snprintf(fill: Callable[[ctypes.Array, int], int], size: int = 256) -> 
         size = n + 1
 
 
-def read_tokens(fill: Callable[[ctypes.Array, int], int], size: int) -> list[int]:
+def read_tokens(fill: Callable[[Any, int], int], size: int) -> list[int]:
     """Token ids (int32) from fill(array, size), with the same -needed convention."""
     while True:
         arr = (ctypes.c_int32 * max(size, 1))()

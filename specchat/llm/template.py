@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 import jinja2
 import jinja2.ext
@@ -62,7 +62,7 @@ class _TemplateRaised(Exception):
 class _IgnoreGenerationTags(jinja2.ext.Extension):
     """transformers' `{% generation %}` marks trainable spans; for rendering it is a no-op."""
 
-    tags: ClassVar[set[str]] = {"generation"}
+    tags = {"generation"}  # noqa: RUF012 - jinja2's Extension API: a plain class attribute
 
     def parse(self, parser: Any) -> Any:
         parser.stream.skip(1)
