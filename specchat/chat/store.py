@@ -82,7 +82,8 @@ class Store:
     def append(self, record: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         lines = []
-        if not self.path.exists() or self.path.stat().st_size == 0:
+        created = not self.path.exists()
+        if created or self.path.stat().st_size == 0:
             lines.append({"type": "meta", "format": FORMAT, "version": VERSION,
                           "created": _now(), **self.meta})
         lines += [*self._pending, {**record, "time": _now()}]
@@ -95,6 +96,8 @@ class Store:
             os.fsync(fd)
         finally:
             os.close(fd)
+        if created:
+            _fsync_dir(self.path.parent)  # the new file's name must survive a crash too
 
     def seed(self, conversation: Conversation) -> None:
         """Start this file from an existing state (after /load or /clear).
@@ -175,6 +178,19 @@ def summaries(limit: int | None = None) -> Iterator[Summary]:
         first = conv.turns[0].user if conv.turns else ""
         yield Summary(path=path, modified=path.stat().st_mtime, turns=len(conv.turns),
                       first=" ".join(first.split()), model=str(meta.get("model", "")))
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on directories; the data itself is synced
+    finally:
+        os.close(fd)
 
 
 def _now() -> str:
