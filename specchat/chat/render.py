@@ -231,7 +231,9 @@ class AnswerView:
         if self._view.markdown:
             self.r.out_console.print(Markdown(text, code_theme="monokai"))
         else:
-            self.r.out_console.print(self._view.text, markup=False, highlight=False)
+            # soft_wrap: stdout gets the answer's own line breaks, the terminal wraps the rest
+            self.r.out_console.print(self._view.text, markup=False, highlight=False,
+                                     soft_wrap=True)
 
 
 class Renderer:
