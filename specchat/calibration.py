@@ -19,6 +19,8 @@ from specchat.engine.cost import MAX_N, CostTable
 from specchat.engine.protocol import LogitsModel
 
 SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 17)
+TARGET_SIZES = SIZES
+DRAFT_SIZES = (1, 2, 4, 8, 17)  # the draft mostly runs single steps and one catch-up batch
 PREFIX = 48  # positions already in the cache, so batches run at a realistic depth
 
 
@@ -107,6 +109,20 @@ class CalibrationCache:
         os.replace(tmp, self.path)  # never a half-written cache, even if killed here
 
 
+def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],
+               knobs: dict[str, object], cache: CalibrationCache, *, force: bool = False,
+               announce: Callable[[str], None] | None = None) -> CostTable:
+    """The cached table for this model file and machine, or a fresh measurement (saved)."""
+    key = machine_key(path, knobs)
+    table = None if force else cache.load(key)
+    if table is None:
+        if announce is not None:
+            announce(path.name)
+        table = table_from(measure(model, sizes=sizes))
+        cache.save(key, table, path.name)
+    return table
+
+
 def break_even_acceptance(target: CostTable, draft_step: float, k: int) -> float:
     """Per-position acceptance a draft model needs at draft length k to match plain decoding.
 
@@ -121,3 +137,18 @@ def break_even_acceptance(target: CostTable, draft_step: float, k: int) -> float
         tokens = sum(mid ** i for i in range(k + 1))
         lo, hi = (mid, hi) if tokens < need else (lo, mid)
     return hi
+
+
+def calibration_rows(target: CostTable, draft: CostTable | None,
+                     max_k: int = 16) -> list[dict[str, float | int | None]]:
+    """One row per draft length k: what verifying k+1 costs here, the ceiling a free drafter
+    with perfect acceptance could reach, and the acceptance a draft model needs to break even."""
+    rows: list[dict[str, float | int | None]] = []
+    ratios = target.ratios()
+    for k in range(0, max_k + 1):
+        n = k + 1
+        ratio = ratios[n - 1] if n <= len(ratios) else target.cost(n) / target.cost(1)
+        even = break_even_acceptance(target, draft.cost(1), k) if draft and k else None
+        rows.append({"k": k, "batch": n, "seconds": target.cost(n), "ratio": ratio,
+                     "ceiling": n / ratio, "draft_break_even": even})
+    return rows

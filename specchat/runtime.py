@@ -146,30 +146,25 @@ def open_runtime(settings: LoadSettings) -> Runtime:
     return runtime
 
 
-def measured_auto_state(runtime: Runtime, settings: LoadSettings) -> AutoState:
+def measured_auto_state(runtime: Runtime, settings: LoadSettings,
+                        force: bool = False) -> AutoState:
     """Cost tables for `auto`: from the calibration cache, else measured now (once)."""
-    from specchat.calibration import CalibrationCache, machine_key, measure, table_from
+    from specchat.calibration import DRAFT_SIZES, TARGET_SIZES, CalibrationCache, cost_table
     from specchat.models import cache_dir
 
     cache = CalibrationCache(cache_dir().parent / "calibration.json")
     knobs: dict[str, object] = {"n_gpu_layers": settings.n_gpu_layers,
                                 "threads": settings.threads, "version": 1}
-    tables = []
-    pairs = [(runtime.target, runtime.info.target_path, (1, 2, 3, 4, 5, 6, 8, 12, 17))]
+
+    def announce(name: str) -> None:
+        if not settings.quiet:
+            print(f"specchat: measuring what {name} costs on this machine (once; cached)",
+                  file=sys.stderr)
+
+    target = cost_table(runtime.target, Path(runtime.info.target_path), TARGET_SIZES, knobs,
+                        cache, force=force, announce=announce)
+    draft = None
     if runtime.draft is not None:
-        pairs.append((runtime.draft, runtime.info.draft_path or "", (1, 2, 4, 8, 17)))
-    for model, path, sizes in pairs:
-        key = machine_key(Path(path), knobs)
-        table = cache.load(key)
-        if table is None:
-            if not settings.quiet:
-                print(f"specchat: measuring what {Path(path).name} costs on this machine "
-                      "(once; cached)", file=sys.stderr)
-            table = table_from(measure(model, sizes=sizes))
-            cache.save(key, table, Path(path).name)
-        tables.append(table)
-    return AutoState(target_costs=tables[0], draft_costs=tables[1] if len(tables) > 1 else None)
-
-
-def model_label(path: Path | str) -> str:
-    return Path(path).name
+        draft = cost_table(runtime.draft, Path(runtime.info.draft_path or ""), DRAFT_SIZES,
+                           knobs, cache, force=force, announce=announce)
+    return AutoState(target_costs=target, draft_costs=draft)

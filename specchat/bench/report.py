@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from specchat.bench.runner import BASELINE, BenchResult, RunRecord
+from specchat.calibration import calibration_rows
+from specchat.engine.auto import AutoState
 
 OVERALL = "overall"
 SCHEMA_VERSION = 1
@@ -198,3 +200,28 @@ def _divergence_note(s: ModeSummary) -> str:
 
 def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
+
+
+def print_calibration(console: Console, state: AutoState, target: str,
+                      draft: str | None) -> None:
+    """The measured cost of a verify batch here, the ceiling it allows, and the acceptance a
+    draft model needs to break even (issue: `specchat bench --calibrate`)."""
+    rows = calibration_rows(state.target_costs, state.draft_costs)
+    step_ms = state.target_costs.cost(1) * 1000
+    title = f"{target}: one step {step_ms:.1f} ms"
+    if state.draft_costs is not None:
+        title += (f"; draft {draft} step {state.draft_costs.cost(1) * 1000:.1f} ms "
+                  f"(c = {state.draft_costs.cost(1) / state.target_costs.cost(1):.2f})")
+    table = Table(title=title, box=box.SIMPLE_HEAVY)
+    for name in ("k drafted", "verify batch", "ms", "x one step", "ceiling (k+1)/cost",
+                 "draft needs acceptance"):
+        table.add_column(name, justify="right")
+    for row in rows:
+        even = row["draft_break_even"]
+        even_cell = "-" if even is None else ("never" if even == float("inf") else f"{even:.0%}")
+        table.add_row(str(row["k"]), str(row["batch"]), f"{float(row['seconds'] or 0) * 1000:.1f}",
+                      f"{row['ratio']:.2f}", f"{row['ceiling']:.2f}x", even_cell)
+    console.print(table)
+    console.print("ceiling: the speedup of a free drafter whose every token is accepted; "
+                  "'draft needs acceptance': per-position acceptance at which the draft model "
+                  "only breaks even.")

@@ -24,11 +24,11 @@ from rich.progress import (
 )
 
 from specchat.bench import prompts as bp
-from specchat.bench.report import render, summarize, to_json
+from specchat.bench.report import print_calibration, render, summarize, to_json
 from specchat.bench.runner import BenchResult, Step, parse_modes, run_bench
 from specchat.commands import common as c
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
-from specchat.runtime import Runtime, open_runtime
+from specchat.runtime import Runtime, measured_auto_state, open_runtime
 
 DEFAULT_MODES = ("auto", "ngram", "draft")
 DEFAULT_MAX_TOKENS = 128
@@ -76,15 +76,15 @@ def bench(
         repeat_last_n=D.sampling.repeat_last_n, seed=seed, max_tokens=max_tokens, stop=None,
         spec="off", draft_max=draft_max)
     mode_list = parse_modes(modes, DEFAULT_MODES)
-    calibration = _calibration() if calibrate else None
     chosen = [] if calibrate else _chosen_prompts(file, categories, limit)
     _check_writable(json_file)
     flags = c.ModelFlags(model=model, draft=draft, spec=_load_spec(mode_list, calibrate),
                          ctx=ctx, n_gpu_layers=n_gpu_layers, threads=threads, verbose=verbose)
     with open_runtime(flags.settings(quiet=json_file == "-")) as runtime:
-        if calibration is not None:
-            run, show = calibration
-            show(run(runtime.target))
+        if calibrate:
+            state = measured_auto_state(runtime, flags.settings(), force=True)
+            print_calibration(Console(), state, runtime.info.target_name,
+                              runtime.info.draft_name)
             return
         mode_list = _available_modes(runtime, mode_list, explicit=modes is not None)
         with _progress(len(chosen) * len(mode_list)) as listener:
@@ -132,19 +132,6 @@ def _available_modes(runtime: Runtime, modes: list[str], explicit: bool) -> list
                          "leave draft out of --modes")
     print("specchat: note: no draft model loaded, so mode draft is left out", file=sys.stderr)
     return [m for m in modes if m != "draft"]
-
-
-def _calibration() -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """calibrate() and print_table() of specchat.calibration, checked before any model loads."""
-    try:
-        from specchat import calibration
-    except ImportError:
-        calibration = None  # type: ignore[assignment]
-    run = getattr(calibration, "calibrate", None)
-    show = getattr(calibration, "print_table", None)
-    if run is None or show is None:
-        raise SpecchatError("--calibrate is not available yet in this build of specchat")
-    return run, show
 
 
 @contextmanager

@@ -89,6 +89,7 @@ def collect() -> tuple[list[tuple[str, str]], bool]:
     llama_rows, built = _llama_rows()
     rows += llama_rows
     rows += _cache_rows()
+    rows += _guard("calibration", _calibration_rows)
     if built is None:
         profile = suggest_profile("CPU", Machine.here())[0]
         rows.append(("hint", f"install llama-cpp-python: backends/install.sh {profile}"))
@@ -108,6 +109,26 @@ def _llama_rows() -> tuple[list[tuple[str, str]], str | None]:
     info = system_info()
     keys = ("llama-cpp-python", "llama.cpp system info", "backends", "devices", "gpu offload")
     return [(key, info[key]) for key in keys], info["backend"]
+
+
+def _calibration_rows() -> list[tuple[str, str]]:
+    """What `auto` measured here: verify cost ratios per model (bench --calibrate: details)."""
+    from specchat.models import cache_dir
+
+    path = cache_dir().parent / "calibration.json"
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return [("calibration", "none yet: the first `auto` run measures it "
+                 "(or run `specchat bench --calibrate`)")]
+    rows = []
+    for entry in entries.values():
+        seconds = entry.get("seconds") or [0.0]
+        ratios = ", ".join(f"{n}:{seconds[n - 1] / seconds[0]:.2f}"
+                           for n in (2, 4, 8, 17) if n <= len(seconds))
+        rows.append((f"calibration {entry.get('model', '?')}",
+                     f"step {seconds[0] * 1000:.1f} ms; batch cost x step {ratios}"))
+    return rows
 
 
 def _cache_rows() -> list[tuple[str, str]]:
