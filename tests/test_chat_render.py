@@ -21,23 +21,26 @@ class Tty(io.StringIO):
 
 STATS = Stats(mode="draft", prompt_tokens=50, prompt_cached=40, prompt_seconds=0.02,
               generated=30, steps=10, steps_drafted=8, steps_empty=2, drafted=32,
-              accepted=20, decode_seconds=1.5, last_k=4)
+              accepted=20, decode_seconds=1.5, last_k=4, plain_step_seconds=0.1)
 
 
 def test_status_line_has_every_figure() -> None:
     line = status_text(STATS, "qwen-0.5b")
+    # 20 tok/s against a measured plain step of 0.1 s (10 tok/s): twice as fast.
     assert line == ("draft (qwen-0.5b) · k=4 · acc 62% · 3.00 tok/step · 20.0 tok/s · "
-                    "≈3.00x est.")
+                    "≈2.00x est.")
     assert status_text(None, None) == "reading the prompt…"
     off = Stats(mode="off", generated=5, steps=5, decode_seconds=1.0)
     assert status_text(off, None) == "off · 5.0 tok/s"
     assert speedup_estimate(off) is None
+    unmeasured = Stats(mode="auto", generated=5, steps=5, decode_seconds=1.0)
+    assert speedup_estimate(unmeasured) is None  # no measured plain step: no number
 
 
 def test_summary_line() -> None:
     line = summary_text(STATS, "qwen-0.5b", "length")
     assert line == ("30 tok · 20.0 tok/s · draft (qwen-0.5b) · acc 62% · 3.00 tok/step · "
-                    "≈3.00x est. · prompt +10 tok 20 ms · max_tokens reached")
+                    "≈2.00x est. · prompt +10 tok 20 ms · max_tokens reached")
     assert summary_text(STATS, None, "eog").endswith("prompt +10 tok 20 ms")
 
 

@@ -140,7 +140,6 @@ class AutoPolicy:
 
     def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
                 verify_seconds: float = 0.0) -> None:
-        self.state.target_costs.observe(drafted + 1, verify_seconds)
         if self._key is not None and drafted:
             self.state.model(self._key).observe(drafted, accepted)
         self._key = None

@@ -64,10 +64,10 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
     controller: DraftController = make_controller(options)
     if options.spec == "auto" and isinstance(drafter, PromptLookupDrafter):
         model_drafter = DraftModelDrafter(draft, options.sampling) if draft is not None else None
-        drafter = controller = AutoPolicy(auto or AutoState(), drafter, model_drafter,
-                                          options.draft_max)
+        auto = auto or AutoState()
+        drafter = controller = AutoPolicy(auto, drafter, model_drafter, options.draft_max)
     run = _Run(target, tokens, options, drafter, controller,
-               token_bytes or target.token_bytes, clock)
+               token_bytes or target.token_bytes, clock, auto)
     return run.events()
 
 
@@ -103,8 +103,10 @@ class _Run:
 
     def __init__(self, target: LogitsModel, prompt: list[int], options: GenerationOptions,
                  drafter: Drafter | None, controller: DraftController,
-                 token_bytes: Callable[[int], bytes], clock: Clock) -> None:
+                 token_bytes: Callable[[int], bytes], clock: Clock,
+                 auto: AutoState | None = None) -> None:
         self.target = target
+        self.auto = auto  # verify costs are learnt in every mode; auto also decides with them
         self.options = options
         self.drafter = drafter
         self.controller = controller
@@ -180,6 +182,8 @@ class _Run:
         stats.verify_seconds += t2 - t1
         stats.sample_seconds += t3 - t2
         stats.record_step(len(draft.tokens), n)
+        if self.auto is not None:
+            self.auto.target_costs.observe(len(batch), t2 - t1)
         self.controller.observe(len(draft.tokens), n, draft_seconds=t1 - t0,
                                 verify_seconds=t2 - t1)
         return [*draft.tokens[:n], token], [True] * n + [False]
@@ -233,6 +237,8 @@ class _Run:
         yield Finished(reason, self.text.text, tuple(self.committed[self.n_prompt:]), stats)
 
     def _snapshot(self) -> Stats:
+        if self.auto is not None:
+            self.stats.plain_step_seconds = self.auto.target_costs.cost(1)
         return self.stats.snapshot(self.clock() - self.decode_start)
 
     def _restore(self) -> None:

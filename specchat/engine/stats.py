@@ -33,6 +33,16 @@ class Stats:
     sample_seconds: float = 0.0
     decode_seconds: float = 0.0  # wall time from the end of prefill
     last_k: int = 0  # the draft length the controller asked for last
+    plain_step_seconds: float = 0.0  # measured cost of one plain target step (0: unknown)
+
+    @property
+    def speedup_estimate(self) -> float | None:
+        """Tokens/s over what plain decoding would do here: one step per token, each costing
+        the measured single-token verify plus this answer's per-step sampling overhead."""
+        if self.plain_step_seconds <= 0 or not self.steps or self.decode_seconds <= 0:
+            return None
+        plain = self.plain_step_seconds + self.sample_seconds / self.steps
+        return self.tokens_per_second * plain
 
     @property
     def acceptance(self) -> float | None:
@@ -56,7 +66,8 @@ class Stats:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             out[f.name] = list(value) if isinstance(value, tuple) else value
-        for name in ("acceptance", "tokens_per_step", "tokens_per_second", "mean_accepted"):
+        for name in ("acceptance", "tokens_per_step", "tokens_per_second", "mean_accepted",
+                     "speedup_estimate"):
             out[name] = getattr(self, name)
         return out
 
@@ -81,6 +92,7 @@ class StatsBuilder:
     verify_seconds: float = 0.0
     sample_seconds: float = 0.0
     last_k: int = 0
+    plain_step_seconds: float = 0.0
 
     def record_step(self, drafted: int, accepted: int) -> None:
         self.steps += 1
@@ -109,7 +121,7 @@ class StatsBuilder:
             accept_length_hist=tuple(self.accept_length_hist),
             draft_seconds=self.draft_seconds, verify_seconds=self.verify_seconds,
             sample_seconds=self.sample_seconds, decode_seconds=decode_seconds,
-            last_k=self.last_k,
+            last_k=self.last_k, plain_step_seconds=self.plain_step_seconds,
         )
 
 
