@@ -321,13 +321,16 @@ def test_cli_default_modes_drop_draft_when_none_is_loaded(opened: dict, tmp_path
     assert opened["settings"].spec == "draft"  # asked open_runtime for the default draft
 
 
-def test_cli_calibrate_says_when_calibration_is_missing(opened: dict, capsys: Any,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(__import__("sys").modules, "specchat.calibration", None)
+def test_cli_calibrate_measures_and_prints_the_cost_table(
+        opened: dict, capsys: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SPECCHAT_CACHE", str(tmp_path / "models"))
+    opened["draft"] = fake_model(seed=4)
     code, out, err = run(["bench", "--calibrate"], capsys)
-    assert code == 1 and out == ""
-    assert "--calibrate is not available yet" in err
-    assert "settings" not in opened  # said so before loading any model
+    assert code == 0, err
+    assert "verify batch" in out and "ceiling" in out and "draft needs" in out
+    assert len([line for line in out.splitlines() if line.strip()[:2].strip().isdigit()]) >= 17
+    saved = json.loads((tmp_path / "calibration.json").read_text())
+    assert len(saved) == 2  # target and draft, cached for later starts
 
 
 def test_peer_script_compares_each_program_with_its_own_baseline(
