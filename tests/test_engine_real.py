@@ -139,6 +139,19 @@ def first_divergence(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def batch_noise(model: LlamaModel, context: list[int], width: int = 5) -> float:
+    """How far the same logits rows move between one-token steps and one batch of `width`
+    (the two ways plain and speculative decoding compute them): the float noise scale."""
+    base = context[:-width]
+    model.truncate(0)
+    model.eval(base, [])
+    single = [model.eval([t], [0])[0].copy() for t in context[-width:]]
+    model.truncate(len(base))
+    batch = model.eval(context[-width:], list(range(width)))
+    model.truncate(0)
+    return float(max(np.max(np.abs(a - b)) for a, b in zip(single, batch)))
+
+
 def check_greedy_equivalence(target: LlamaModel, draft: LlamaModel | None, modes: list[str],
                              n_tokens: int) -> dict[str, int]:
     """Count prompts whose speculative output differs from plain decoding; at every
@@ -154,9 +167,12 @@ def check_greedy_equivalence(target: LlamaModel, draft: LlamaModel | None, modes
             if i is None:
                 continue
             differ[mode] += 1
-            row = next_logits(target, [*prompt, *off.tokens[:i]])
+            context = [*prompt, *off.tokens[:i]]
+            row = next_logits(target, context)
             gap = abs(float(row[off.tokens[i]]) - float(row[spec.tokens[i]]))
-            assert gap < 0.05, f"{mode}: diverged at token {i} with a logit gap of {gap}"
+            noise = batch_noise(target, context)
+            print(f"{mode}: diverged at token {i}: logit gap {gap:.3f}, noise {noise:.3f}")
+            assert gap <= noise, f"{mode}: diverged at token {i}: gap {gap} > noise {noise}"
     print(f"greedy divergences over {len(PROMPTS)} prompts: {differ}")
     return differ
 
