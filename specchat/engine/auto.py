@@ -34,6 +34,13 @@ from specchat.engine.drafters import EMPTY_DRAFT, Draft, DraftModelDrafter, Prom
 # starting point when nothing was measured; real runs calibrate at load.
 CPU_RATIOS = (1.0, 1.74, 2.39, 3.12, 3.58, 3.80, 4.8, 5.88, 6.0, 6.2, 6.4, 6.6, 6.8, 6.9,
               7.0, 7.16, 7.5)
+# Acceptance is strongly autocorrelated: a draft that was fully accepted is usually followed
+# by another (copying goes on), one that failed by another failure (the text diverged). So
+# each estimate is kept apart by what happened to this answer's last draft.
+NO_DRAFT_YET, LAST_FULL, LAST_FAILED = 0, 1, 2
+STREAK_PRIOR_SHIFT = {NO_DRAFT_YET: 0.0, LAST_FULL: 0.15, LAST_FAILED: -0.2}
+ANSWER_FADE = 0.5
+OPTIMISM = 0.5  # how much an uncertain estimate is given the benefit of the doubt
 BEST_DRAFT_ACCEPTANCE = 0.95  # above what same-family draft models reach (PHYSICS.md: 92%)
 MAX_MATCH_EXTENSION = 32  # how far back a match is followed to measure its real length
 
@@ -52,10 +59,16 @@ class AutoState:
 
     def model(self, key: Hashable) -> AcceptanceModel:
         if key not in self.models:
-            prior = (NGRAM_PRIORS[key[1]] if isinstance(key, tuple) and key[0] == "ngram"
-                     else DRAFT_MODEL_PRIOR)
-            self.models[key] = AcceptanceModel(prior)
+            assert isinstance(key, tuple)
+            base = NGRAM_PRIORS[key[1]] if key[0] == "ngram" else DRAFT_MODEL_PRIOR
+            self.models[key] = AcceptanceModel(min(max(base + STREAK_PRIOR_SHIFT[key[-1]],
+                                                       0.05), 0.95))
         return self.models[key]
+
+    def new_answer(self) -> None:
+        """A new prompt may copy much less (or more) than the last: weigh the past less."""
+        for m in self.models.values():
+            m.fade(ANSWER_FADE)
 
     def draft_model_can_pay(self, k_max: int) -> bool:
         """False when even the best acceptance a draft model reaches could not beat plain
@@ -90,9 +103,12 @@ class AutoState:
 
 
 def _key_name(key: Hashable) -> str:
-    if isinstance(key, tuple) and key[0] == "ngram":
-        return f"ngram/match-bucket-{key[1]}"
-    return str(key)
+    if not isinstance(key, tuple):
+        return str(key)
+    last = {NO_DRAFT_YET: "first", LAST_FULL: "after-full", LAST_FAILED: "after-miss"}[key[-1]]
+    if key[0] == "ngram":
+        return f"ngram/match-bucket-{key[1]}/{last}"
+    return f"{key[0]}/{last}"
 
 
 class AutoPolicy:
@@ -105,6 +121,8 @@ class AutoPolicy:
         self.k_max = k_max
         self.draft = draft if draft is not None and state.draft_model_can_pay(k_max) else None
         self._key: Hashable | None = None
+        self._last = NO_DRAFT_YET
+        state.new_answer()
 
     # --- Drafter ---------------------------------------------------------------------------
     def prepare(self, context: Sequence[int]) -> None:
@@ -116,7 +134,7 @@ class AutoPolicy:
         self.ngram.prepare(context)  # syncs the index with the committed context
         candidates = self._candidates(context, k)
         choice = choose(self.state.target_costs, candidates, self.state.model,
-                        overhead=self.state.overhead)
+                        overhead=self.state.overhead, optimism=OPTIMISM)
         self.state.last = choice
         self.state.decisions[f"{choice.drafter or 'plain'}"] += 1
         self._key = next((c.key for c in candidates if c.drafter == choice.drafter), None)
@@ -142,6 +160,7 @@ class AutoPolicy:
                 verify_seconds: float = 0.0) -> None:
         if self._key is not None and drafted:
             self.state.model(self._key).observe(drafted, accepted)
+            self._last = LAST_FULL if accepted >= drafted else LAST_FAILED
         self._key = None
 
     # --- choosing ----------------------------------------------------------------------------
@@ -150,12 +169,12 @@ class AutoPolicy:
         avail = self.ngram.index.continuation(k)
         if avail:
             length = self._match_length()
-            out.append(Candidate("ngram", ("ngram", match_bucket(length)), len(avail),
-                                 lambda _k: 0.0))
+            out.append(Candidate("ngram", ("ngram", match_bucket(length), self._last),
+                                 len(avail), lambda _k: 0.0))
         if self.draft is not None and self.state.draft_costs is not None:
             costs = self.state.draft_costs
             gap = max(1, len(context) - len(self.draft.model.tokens))
-            out.append(Candidate("draft", "draft", k,
+            out.append(Candidate("draft", ("draft", self._last), k,
                                  lambda kk: costs.cost(gap) + (kk - 1) * costs.cost(1)))
         return out
 

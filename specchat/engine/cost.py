@@ -97,12 +97,15 @@ class AcceptanceModel:
             total += alive
         return total
 
+    def fade(self, factor: float) -> None:
+        for i in range(MAX_N):
+            self.hits[i] *= factor
+            self.trials[i] *= factor
+
     def observe(self, drafted: int, accepted: int) -> None:
         if drafted <= 0:
             return
-        for i in range(MAX_N):
-            self.hits[i] *= self.decay
-            self.trials[i] *= self.decay
+        self.fade(self.decay)
         tried = min(accepted + 1, drafted)
         for pos in range(tried):
             idx = min(pos, MAX_N - 1)
