@@ -39,13 +39,26 @@ def _command_names() -> set[str]:
 
 
 def route_argv(argv: Sequence[str], stdin_is_tty: bool) -> list[str]:
-    """Pick the command when none is named: a prompt means `ask`, nothing means `chat`."""
+    """Pick the command when none is named: a prompt (or piped stdin) means `ask`; in a
+    terminal, options alone (`specchat -m smollm2-135m`) mean `chat`."""
     args = list(argv)
     if not args:
         return ["chat"] if stdin_is_tty else ["ask"]
     if args[0] in _command_names():
         return args
+    if stdin_is_tty and not _has_prompt(args):
+        return ["chat", *args]
     return ["ask", *args]
+
+
+def _has_prompt(args: list[str]) -> bool:
+    """Whether `ask` would find prompt words among args (options and their values aside)."""
+    ask = getattr(typer.main.get_command(app), "commands", {}).get("ask")
+    try:
+        ctx = ask.make_context("ask", list(args), resilient_parsing=True)
+    except Exception:  # noqa: BLE001 - any parse problem: let `ask` report it properly
+        return True
+    return bool(ctx.params.get("prompt"))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -80,15 +93,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _handle_other(exc: Exception) -> None:
-    import click
-
-    if isinstance(exc, click.ClickException):
-        exc.show()
-        sys.exit(exc.exit_code)
-    if isinstance(exc, click.exceptions.Exit):
-        sys.exit(exc.exit_code)
-    if isinstance(exc, click.exceptions.Abort):
-        sys.exit(EXIT_INTERRUPTED)
+    # typer ships its own copy of click: recognise its usage errors by shape, not by class.
+    show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+    if callable(show) and isinstance(code, int):
+        show()
+        sys.exit(code)
     _fail(f"unexpected error: {type(exc).__name__}: {exc} (rerun with --verbose for details)",
           EXIT_RUNTIME)
 

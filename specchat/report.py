@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from specchat.engine.auto import AutoState
 from specchat.engine.stats import Stats
 
 
@@ -17,3 +18,25 @@ def summary_line(stats: Stats, reason: str | None = None) -> str:
     if reason:
         parts.append(f"finish {reason}")
     return " · ".join(parts)
+
+
+def auto_lines(state: AutoState, draft_loaded: bool) -> list[str]:
+    """Why `auto` drafts what it drafts, for /stats: costs here, choices made, estimates."""
+    info = state.explain()
+    ratios = info["verify_cost_ratios"]
+    costs = " ".join(f"{n}:{ratios[n - 1]:.2f}" for n in (2, 4, 8, 17) if n <= len(ratios))
+    made = ", ".join(f"{k} {v}" for k, v in sorted(info["decisions"].items())) or "none yet"
+    lines = [f"auto: steps chose {made}",
+             f"auto: a plain step costs {info['step_seconds'] * 1000:.1f} ms here; "
+             f"a verify batch of n costs x a step: {costs}"]
+    if draft_loaded and state.draft_costs is not None:
+        c = info["draft_step_ratio"] or 0.0
+        verdict = "can pay" if state.draft_model_can_pay(16) else "cannot pay here, left idle"
+        lines.append(f"auto: draft model step = {c:.2f} x a target step: {verdict}")
+    for key, rates in info["acceptance_estimates"].items():
+        shown = " ".join(f"{r:.0%}" for r in rates)
+        lines.append(f"auto: est. acceptance {key}, positions 1-4: {shown}")
+    last = info["last_choice"]
+    lines.append(f"auto: last choice {last['drafter'] or 'plain'} k={last['k']} "
+                 f"(expected {last['expected_speedup']:.2f}x)")
+    return lines

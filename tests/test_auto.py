@@ -206,3 +206,16 @@ def test_draft_drafter_type_is_reused() -> None:
     policy = AutoPolicy(cpu_state(), PromptLookupDrafter(2, 5),
                         DraftModelDrafter(FakeModel(8), SamplingOptions()), 4)
     assert policy.draft is None  # CPU defaults and no draft costs: the draft cannot pay
+
+
+def test_auto_lines_explain_costs_choices_and_estimates() -> None:
+    from specchat.report import auto_lines
+
+    state = cpu_state()
+    state.draft_costs = CostTable.from_ratios(0.04 * 0.53, CPU_RATIOS)
+    run(copy_model(list(range(1, 60)), n_vocab=64), list(range(1, 60)) + [1, 2, 3], state,
+        n=30)
+    text = "\n".join(auto_lines(state, draft_loaded=True))
+    assert "a plain step costs 40.0 ms" in text
+    assert "cannot pay here" in text
+    assert "ngram" in text and "est. acceptance" in text

@@ -165,3 +165,24 @@ def test_ctrl_c_mid_answer_exits_130_and_keeps_cache_consistent(
     assert list(target.tokens[: len(prompt)]) == prompt
     generated = list(target.tokens[len(prompt):])
     assert generated == list(expected("hello", 50).tokens[: len(generated)])
+
+
+def test_unknown_option_is_a_usage_error(runtime_factory: dict, capsys: Any) -> None:
+    code, out, err = run(["ask", "hi", "--bogus"], capsys)
+    assert code == 2 and out == ""
+    assert "No such option" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, tty, command", [
+    ([], True, "chat"),
+    ([], False, "ask"),
+    (["-m", "smollm2-135m"], True, "chat"),  # options alone in a terminal: chat with them
+    (["-m", "smollm2-135m", "hi"], True, "ask"),
+    (["-m", "smollm2-135m"], False, "ask"),  # piped: one-shot
+    (["write", "a", "poem"], True, "ask"),
+    (["models"], True, "models"),
+])
+def test_routing_without_a_command(argv: list[str], tty: bool, command: str) -> None:
+    routed = cli.route_argv(argv, tty)
+    assert routed[0] == command
+    assert routed[-len(argv):] == argv if argv else True

@@ -17,6 +17,7 @@ from specchat.chat import clipboard
 from specchat.chat.session import ChatSession
 from specchat.engine.options import SPEC_MODES, GenerationOptions, SamplingOptions
 from specchat.errors import UsageError
+from specchat.report import auto_lines
 
 Handler = Callable[[ChatSession, str], None]
 Completer = Callable[[ChatSession, Sequence[str]], list[str]]
@@ -213,7 +214,10 @@ def _copy(session: ChatSession, arg: str) -> None:
 
 
 def _stats(session: ChatSession, arg: str) -> None:
-    session.renderer.lines(session.tally.lines())
+    lines = session.tally.lines()
+    if session.options.spec == "auto":
+        lines += auto_lines(session.runtime.auto, session.runtime.draft is not None)
+    session.renderer.lines(lines)
 
 
 def _mode(session: ChatSession, arg: str) -> None:

@@ -132,4 +132,5 @@ def answer_json(runtime: Runtime, finished: Finished) -> dict[str, object]:
         "model": runtime.info.target_name,
         "draft": runtime.info.draft_name,
         "stats": finished.stats.to_dict(),
+        "auto": runtime.auto.explain() if finished.stats.mode == "auto" else None,
     }
