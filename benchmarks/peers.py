@@ -36,7 +36,7 @@ from specchat.bench.runner import mode_order
 from specchat.engine.events import Chunk, Finished
 from specchat.engine.options import GenerationOptions
 from specchat.errors import SpecchatError
-from specchat.runtime import LoadSettings, Runtime, open_runtime
+from specchat.runtime import LoadSettings, Runtime, measured_auto_state, open_runtime
 
 LCP_BASE = "lcp plain"
 SPECCHAT_BASE = "specchat off"
@@ -243,6 +243,7 @@ def _main(args: argparse.Namespace) -> int:
                             n_gpu_layers=args.n_gpu_layers, threads=args.threads)
     err = Console(stderr=True)
     with open_runtime(settings) as runtime:
+        runtime.auto = measured_auto_state(runtime, settings)  # auto's costs, as a user gets
         tokenized = [(p, t) for p in chosen
                      if len(t := runtime.chat_tokens([{"role": "user", "content": p.text}]))
                      + args.max_tokens + 16 <= args.ctx]  # +16: room for a last draft

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from specchat import cli
 from specchat.bench import prompts as bp
 from specchat.bench.report import OVERALL, summarize, to_json
 from specchat.bench.runner import (
@@ -29,6 +28,7 @@ from specchat.engine.options import GenerationOptions
 from specchat.engine.stats import Stats
 from specchat.errors import UsageError
 from specchat.runtime import Runtime
+from tests.clirun import run_cli
 from tests.fake_runtime import fake_model, fake_runtime
 
 LINES = [
@@ -251,13 +251,7 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        cli.main(args)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(args, capsys)
 
 
 def test_cli_end_to_end_on_fake_models(opened: dict, tmp_path: Path, capsys: Any) -> None:

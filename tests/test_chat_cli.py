@@ -6,7 +6,6 @@ separate process through tests/chat_fake_cli.py (same CLI, fake model loaded).
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import signal
@@ -19,24 +18,14 @@ from typing import Any
 
 import pytest
 
-from specchat import cli
 from specchat.chat.store import conversation_files, load_conversation
 from specchat.commands import chat as chat_cmd
 from tests import chat_fakes as f
+from tests.clirun import FakeStdin, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class FakeStdin:
-    def __init__(self, data: bytes, tty: bool = False) -> None:
-        self.buffer = io.BytesIO(data)
-        self._tty = tty
-
-    def isatty(self) -> bool:
-        return self._tty
-
-    def read(self) -> str:
-        return self.buffer.read().decode()
 
 
 @pytest.fixture
@@ -59,13 +48,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, 
 def run(args: list[str], stdin: bytes, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
     monkeypatch.setattr("sys.stdin", FakeStdin(stdin))
-    try:
-        cli.main(args)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(args, capsys)
 
 
 def test_piped_stdin_is_one_answer(home, capsys, monkeypatch) -> None:  # type: ignore

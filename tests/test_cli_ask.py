@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -15,18 +14,8 @@ from specchat.commands import ask as ask_cmd
 from specchat.engine.events import Finished
 from specchat.engine.loop import generate
 from specchat.engine.options import GenerationOptions, SamplingOptions
+from tests.clirun import FakeStdin, run_cli
 from tests.fake_runtime import chat_encode, fake_model, fake_runtime
-
-
-class FakeStdin:
-    """What sys.stdin looks like when something is piped in."""
-
-    def __init__(self, data: bytes, tty: bool = False) -> None:
-        self.buffer = io.BytesIO(data)
-        self._tty = tty
-
-    def isatty(self) -> bool:
-        return self._tty
 
 
 @pytest.fixture
@@ -44,13 +33,7 @@ def runtime_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        cli.main(args)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(args, capsys)
 
 
 def expected(prompt: str, n: int, **sampling: Any) -> Finished:
@@ -186,3 +169,16 @@ def test_routing_without_a_command(argv: list[str], tty: bool, command: str) -> 
     routed = cli.route_argv(argv, tty)
     assert routed[0] == command
     assert routed[-len(argv):] == argv if argv else True
+
+
+def test_options_come_from_the_environment(runtime_factory: dict, capsys: Any,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECCHAT_MAX_TOKENS", "3")
+    monkeypatch.setenv("SPECCHAT_SPEC", "ngram")
+    code, out, _ = run(["ask", "hello", "--json"], capsys)
+    assert code == 0
+    obj = json.loads(out)
+    assert obj["stats"]["generated"] == 3 and obj["stats"]["mode"] == "ngram"
+    monkeypatch.setenv("SPECCHAT_TEMPERATURE", "-2")
+    code, _, err = run(["ask", "hello"], capsys)
+    assert code == 2 and "temperature" in err

@@ -203,6 +203,13 @@ def test_cache_matches_a_fresh_context_after_many_rejections(
     assert list(smol.tokens) == context[:-1]  # the loop's invariant: committed minus last
     after = smol.eval([context[-1]], [-1])[0].copy()
     with load_model(real_model_path("smollm2-135m"), n_ctx=1024) as fresh:
-        direct = fresh.eval(context, [-1])[0]
-    assert int(np.argmax(after)) == int(np.argmax(direct))
-    assert np.max(np.abs(after - direct)) < 0.05
+        stepwise = fresh.eval(context[:1], [-1])[0]
+        for token in context[1:]:
+            stepwise = fresh.eval([token], [-1])[0]
+        fresh.truncate(0)
+        batched = fresh.eval(context, [-1])[0]
+    # One batch of ~200 tokens and single steps take different kernels: that difference is
+    # the float noise here. A cache holding wrong tokens or positions is off by far more.
+    noise = float(np.max(np.abs(batched - stepwise)))
+    assert int(np.argmax(after)) == int(np.argmax(stepwise))
+    assert float(np.max(np.abs(after - stepwise))) <= max(2 * noise, 0.05)
