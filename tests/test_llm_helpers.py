@@ -67,7 +67,7 @@ def test_gguf_file_checks(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="a folder"):
         check_gguf_file(tmp_path)
     (tmp_path / "x.gguf").write_bytes(b"PK\x03\x04")
-    with pytest.raises(ModelError, match="not a GGUF file"):
+    with pytest.raises(ModelError, match="is not a GGUF model file"):
         check_gguf_file(tmp_path / "x.gguf")
     (tmp_path / "y.gguf").write_bytes(b"GGUF\x03\x00")
     check_gguf_file(tmp_path / "y.gguf")

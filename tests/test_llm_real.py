@@ -342,7 +342,7 @@ def test_missing_file_and_non_gguf_are_one_line_errors(tmp_path: Path) -> None:
         backend.load_model(tmp_path / "nope.gguf")
     text = tmp_path / "notes.gguf"
     text.write_text("hello")
-    with pytest.raises(ModelError, match="not a GGUF file"):
+    with pytest.raises(ModelError, match="is not a GGUF model file"):
         backend.load_model(text)
 
 

@@ -161,7 +161,7 @@ def test_file_that_is_not_gguf(home: Path, tmp_path: Path) -> None:
     fake.write_bytes(b"PK\x03\x04 not a model")
     with pytest.raises(ModelError, match="is not a GGUF model file"):
         resolve_model(str(fake))
-    with pytest.raises(ModelError, match="not a file"):
+    with pytest.raises(ModelError, match="a folder, not a model file"):
         resolve_model(str(tmp_path))
 
 

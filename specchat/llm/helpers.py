@@ -85,19 +85,22 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def check_gguf_file(path: Path) -> None:
-    """Refuse, in one line, a path that is missing, a folder, or not a GGUF file."""
+def check_gguf_file(path: Path) -> Path:
+    """`path` if it is a readable GGUF file, else a one-line ModelError that says what to do."""
     if not path.exists():
-        raise ModelError(f"model file not found: {path}")
+        raise ModelError(f"model file not found: {path} does not exist; give a path to a "
+                         f".gguf file or a preset name (see `specchat models`)")
     if not path.is_file():
-        raise ModelError(f"not a model file (a folder?): {path}")
+        raise ModelError(f"{path} is a folder, not a model file; give a path to a .gguf file")
     try:
-        with path.open("rb") as fh:
-            magic = fh.read(4)
+        with path.open("rb") as handle:
+            magic = handle.read(4)
     except OSError as exc:
         raise ModelError(f"cannot read model file {path}: {exc.strerror or exc}") from None
     if magic != GGUF_MAGIC:
-        raise ModelError(f"not a GGUF file (it does not start with 'GGUF'): {path}")
+        raise ModelError(f"{path} is not a GGUF model file (it does not start with 'GGUF'); "
+                         f"convert it with llama.cpp or pick a .gguf file")
+    return path
 
 
 def token_or_none(token: int) -> int | None:

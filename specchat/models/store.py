@@ -18,10 +18,9 @@ import os
 import shutil
 from pathlib import Path
 
-from specchat.errors import ModelError
+from specchat.llm.helpers import check_gguf_file
 from specchat.models.presets import Preset
 
-GGUF_MAGIC = b"GGUF"
 TEMP_SUFFIXES: tuple[str, ...] = (".partial", ".wheels", ".hub")
 
 
@@ -125,20 +124,7 @@ def _pid_alive(pid: int) -> bool:
 
 def check_gguf(path: Path) -> Path:
     """`path` if it is a readable GGUF file, else a ModelError that says what to do."""
-    if not path.exists():
-        raise ModelError(f"model file {path} does not exist; give a path to a .gguf file or a "
-                         f"preset name (see `specchat models`)")
-    if not path.is_file():
-        raise ModelError(f"{path} is not a file; give a path to a .gguf file")
-    try:
-        with path.open("rb") as handle:
-            magic = handle.read(4)
-    except OSError as exc:
-        raise ModelError(f"cannot read model file {path}: {exc.strerror or exc}") from exc
-    if magic != GGUF_MAGIC:
-        raise ModelError(f"{path} is not a GGUF model file (it does not start with 'GGUF'); "
-                         f"convert it with llama.cpp or pick a .gguf file")
-    return path
+    return check_gguf_file(path)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
