@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specchat.engine.stats import Stats
+from specchat.engine.stats import Rates, Stats
 
 
 def _as_counts(value: Any) -> dict[int, int]:
@@ -40,7 +40,7 @@ class PromptTiming:
 
 
 @dataclass
-class Tally:
+class Tally(Rates):
     answers: int = 0
     interrupted: int = 0
     generated: int = 0
@@ -74,18 +74,6 @@ class Tally:
         self.modes[mode] = self.modes.get(mode, 0) + 1
         self.prompts.append(PromptTiming(self.answers, stats.prompt_tokens, stats.prompt_cached,
                                          stats.prompt_seconds))
-
-    @property
-    def acceptance(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
-
-    @property
-    def tokens_per_step(self) -> float:
-        return self.generated / self.steps if self.steps else 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.generated / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
     def position_rates(self) -> list[tuple[int, int, int]]:
         """(position, accepted, drafted) for every draft position that was ever tried."""

@@ -13,8 +13,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+class Rates:
+    """Ratios recomputed from summed counts (never averaged), for one answer or a session."""
+
+    generated: int
+    steps: int
+    drafted: int
+    accepted: int
+    decode_seconds: float
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.generated / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+
 @dataclass(frozen=True)
-class Stats:
+class Stats(Rates):
     mode: str = "off"
     prompt_tokens: int = 0
     prompt_cached: int = 0  # prompt tokens reused from the cache (not evaluated again)
@@ -43,18 +65,6 @@ class Stats:
             return None
         plain = self.plain_step_seconds + self.sample_seconds / self.steps
         return self.tokens_per_second * plain
-
-    @property
-    def acceptance(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
-
-    @property
-    def tokens_per_step(self) -> float:
-        return self.generated / self.steps if self.steps else 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.generated / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
     @property
     def mean_accepted(self) -> float | None:
