@@ -132,14 +132,17 @@ class AutoPolicy:
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
         self.ngram.prepare(context)  # syncs the index with the committed context
-        candidates = self._candidates(context, k)
+        # One index lookup per step: the continuation and the match length both come from it.
+        n, start = self.ngram.index.match()
+        avail = self.ngram.index.tokens[start: start + k] if n else []
+        candidates = self._candidates(context, k, avail, self._match_length(n, start))
         choice = choose(self.state.target_costs, candidates, self.state.model,
                         overhead=self.state.overhead, optimism=OPTIMISM)
         self.state.last = choice
         self.state.decisions[f"{choice.drafter or 'plain'}"] += 1
         self._key = next((c.key for c in candidates if c.drafter == choice.drafter), None)
         if choice.drafter == "ngram":
-            return Draft(tuple(self.ngram.index.continuation(choice.k)), None)
+            return Draft(tuple(avail[: choice.k]), None)
         if choice.drafter == "draft" and self.draft is not None:
             return self.draft.propose(context, choice.k, rng)
         return EMPTY_DRAFT
@@ -164,11 +167,10 @@ class AutoPolicy:
         self._key = None
 
     # --- choosing ----------------------------------------------------------------------------
-    def _candidates(self, context: Sequence[int], k: int) -> list[Candidate]:
+    def _candidates(self, context: Sequence[int], k: int, avail: Sequence[int],
+                    length: int) -> list[Candidate]:
         out: list[Candidate] = []
-        avail = self.ngram.index.continuation(k)
         if avail:
-            length = self._match_length()
             out.append(Candidate("ngram", ("ngram", match_bucket(length), self._last),
                                  len(avail), lambda _k: 0.0))
         if self.draft is not None and self.state.draft_costs is not None:
@@ -178,11 +180,11 @@ class AutoPolicy:
                                  lambda kk: costs.cost(gap) + (kk - 1) * costs.cost(1)))
         return out
 
-    def _match_length(self) -> int:
+    def _match_length(self, n: int, start: int) -> int:
         """How long the suffix match really is (the index only keys up to a few tokens)."""
-        idx = self.ngram.index
-        n, start = idx.match()
-        toks, size = idx.tokens, len(idx.tokens)
+        if not n:
+            return 0
+        toks, size = self.ngram.index.tokens, len(self.ngram.index.tokens)
         length = n
         while (length < MAX_MATCH_EXTENSION and start - length - 1 >= 0
                and toks[start - length - 1] == toks[size - length - 1]):
