@@ -50,9 +50,9 @@ def ask(
         repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed,
         max_tokens=max_tokens, stop=stop, spec=spec, draft_max=draft_max)
     text = read_prompt(prompt)
-    flags = c.ModelFlags(model=model, draft=draft, spec=spec, ctx=ctx,
-                         n_gpu_layers=n_gpu_layers, threads=threads, verbose=verbose)
-    with open_runtime(flags.settings(quiet=json_out)) as runtime:
+    with open_runtime(c.load_settings(
+            model=model, draft=draft, spec=spec, ctx=ctx, n_gpu_layers=n_gpu_layers,
+            threads=threads, verbose=verbose, quiet=json_out)) as runtime:
         tokens = prompt_tokens(runtime, text, system, raw)
         finished = stream_answer(runtime, tokens, options, echo=not json_out)
     if finished is None:

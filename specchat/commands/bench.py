@@ -10,6 +10,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -78,11 +79,12 @@ def bench(
     mode_list = parse_modes(modes, DEFAULT_MODES)
     chosen = [] if calibrate else _chosen_prompts(file, categories, limit)
     _check_writable(json_file)
-    flags = c.ModelFlags(model=model, draft=draft, spec=_load_spec(mode_list, calibrate),
-                         ctx=ctx, n_gpu_layers=n_gpu_layers, threads=threads, verbose=verbose)
-    with open_runtime(flags.settings(quiet=json_file == "-")) as runtime:
+    loading = c.load_settings(model=model, draft=draft, spec=_load_spec(mode_list, calibrate),
+                              ctx=ctx, n_gpu_layers=n_gpu_layers, threads=threads,
+                              verbose=verbose, quiet=json_file == "-")
+    with open_runtime(loading) as runtime:
         if calibrate:
-            state = measured_auto_state(runtime, flags.settings(), force=True)
+            state = measured_auto_state(runtime, replace(loading, quiet=False), force=True)
             print_calibration(Console(), state, runtime.info.target_name,
                               runtime.info.draft_name)
             return

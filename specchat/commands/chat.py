@@ -55,8 +55,6 @@ def chat(
         temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
         repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed,
         max_tokens=max_tokens, stop=stop, spec=spec, draft_max=draft_max)
-    flags = c.ModelFlags(model=model, draft=draft, spec=spec, ctx=ctx,
-                         n_gpu_layers=n_gpu_layers, threads=threads, verbose=verbose)
     errors = open_error_log() if verbose else ErrorLog()
     if continue_ and load is not None:
         raise UsageError("--continue and --load both pick a conversation: give one")
@@ -66,7 +64,9 @@ def chat(
         return  # `specchat chat < /dev/null`: nothing asked, nothing to do
     conversation, store = pick_conversation(continue_, load)  # a bad file fails before loading
     try:
-        with open_runtime(flags.settings(quiet=piped)) as runtime:
+        with open_runtime(c.load_settings(
+            model=model, draft=draft, spec=spec, ctx=ctx, n_gpu_layers=n_gpu_layers,
+            threads=threads, verbose=verbose, quiet=piped)) as runtime:
             session = make_session(runtime, options, conversation, store, errors,
                                    plain=plain, show_draft=show_draft)
             apply_system(session, system)

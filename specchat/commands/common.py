@@ -5,7 +5,6 @@ Every option can also come from SPECCHAT_<NAME> (e.g. SPECCHAT_TEMPERATURE=0.7).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Optional
 
 import typer
@@ -50,24 +49,17 @@ Verbose = Annotated[bool, _opt("--verbose", "-v", env="VERBOSE",
                     help="Show llama.cpp's own log and error details.")]
 
 
-@dataclass(frozen=True)
-class ModelFlags:
-    model: str | None = None
-    draft: str | None = None
-    spec: str = "auto"
-    ctx: int = 4096
-    n_gpu_layers: int | None = None
-    threads: int | None = None
-    verbose: bool = False
-
-    def settings(self, quiet: bool = False) -> LoadSettings:
-        if self.ctx < 16:
-            raise UsageError(f"--ctx {self.ctx} is too small: use at least 16 (e.g. 4096)")
-        if self.threads is not None and self.threads < 1:
-            raise UsageError("--threads must be >= 1")
-        return LoadSettings(model=self.model, draft=self.draft, spec=self.spec, n_ctx=self.ctx,
-                            n_gpu_layers=self.n_gpu_layers, threads=self.threads,
-                            verbose=self.verbose, quiet=quiet)
+def load_settings(*, model: str | None, draft: str | None, spec: str, ctx: int,
+                  n_gpu_layers: int | None, threads: int | None, verbose: bool,
+                  quiet: bool = False) -> LoadSettings:
+    """LoadSettings from the model flags; values llama.cpp would choke on are usage errors."""
+    if ctx < 16:
+        raise UsageError(f"--ctx {ctx} is too small: use at least 16 (e.g. 4096)")
+    if threads is not None and threads < 1:
+        raise UsageError("--threads must be >= 1")
+    return LoadSettings(model=model, draft=draft, spec=spec, n_ctx=ctx,
+                        n_gpu_layers=n_gpu_layers, threads=threads, verbose=verbose,
+                        quiet=quiet)
 
 
 def generation_options(
