@@ -34,9 +34,19 @@ def _annotation(opt: Option, default: Any) -> Any:
         kind = str  # parsed by the schema ("auto", "random", ...), not by click
     help_text = f"{opt.help} (env: {opt.env})"
     shown = "" if default in (None, []) else opt.show(default)
+    complete = opt.complete
+    if complete is None and opt.choices:
+        complete = _complete_choices(opt.choices)
     info = typer.Option(*decls, help=help_text, show_default=shown or False,
-                        metavar=opt.metavar, rich_help_panel=_PANELS.get(opt.group))
+                        metavar=opt.metavar, rich_help_panel=_PANELS.get(opt.group),
+                        autocompletion=complete)
     return Annotated[Optional[kind], info]
+
+
+def _complete_choices(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
+    def complete(incomplete: str) -> list[str]:  # typer passes arguments by these names
+        return [c for c in choices if c.startswith(incomplete)]
+    return complete
 
 
 _PANELS = {"model": "Model", "generation": "Generation", "chat": "Chat",

@@ -6,6 +6,7 @@ The one place where presets, the llama.cpp layer and the engine meet, shared by 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ class Runtime:
     speculation_allowed: bool = True
     closers: list[Callable[[], None]] = field(default_factory=list)
     auto: AutoState = field(default_factory=AutoState)  # learnt across answers
+    settings: LoadSettings | None = None  # how it was opened (None: built by hand, fixed)
 
     def stream(self, prompt: Sequence[int], options: GenerationOptions) -> Iterator[Event]:
         """Generate an answer to `prompt` tokens; the mode comes from options.spec."""
@@ -103,8 +105,12 @@ def wants_draft(settings: LoadSettings) -> str | None:
     return default_draft_for(settings.model or DEFAULT_TARGET)
 
 
-def open_runtime(settings: LoadSettings) -> Runtime:
-    """Resolve (pulling on first use), load and check the target and draft models."""
+def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtime:
+    """Resolve (pulling on first use), load and check the target and draft models.
+
+    A model file that `reuse` already has loaded (same path) is taken from it instead of
+    being loaded again; switch_models() settles who closes it.
+    """
     from specchat.llm import ChatTemplate, chat_tokens, check_compatible, load_model
     from specchat.models import DEFAULT_TARGET, resolve_model
 
@@ -112,16 +118,22 @@ def open_runtime(settings: LoadSettings) -> Runtime:
     draft_spec = wants_draft(settings)
     target_path = resolve_model(target_spec, quiet=settings.quiet)
     draft_path = resolve_model(draft_spec, quiet=settings.quiet) if draft_spec else None
-    target = load_model(target_path, n_ctx=settings.n_ctx, n_gpu_layers=settings.n_gpu_layers,
-                        n_threads=settings.threads, verbose=settings.verbose)
-    closers: list[Callable[[], None]] = [target.close]
+    loaded = _loaded_models(reuse)
+    closers: list[Callable[[], None]] = []
+
+    def load(path: Path) -> Any:
+        if str(path) in loaded:
+            return loaded[str(path)]
+        model = load_model(path, n_ctx=settings.n_ctx, n_gpu_layers=settings.n_gpu_layers,
+                           n_threads=settings.threads, verbose=settings.verbose)
+        closers.append(model.close)
+        return model
+
+    target = load(target_path)
     draft = None
     try:
         if draft_path is not None:
-            draft = load_model(draft_path, n_ctx=settings.n_ctx,
-                               n_gpu_layers=settings.n_gpu_layers,
-                               n_threads=settings.threads, verbose=settings.verbose)
-            closers.append(draft.close)
+            draft = load(draft_path)
             check_compatible(target, draft)
         template = ChatTemplate.from_model(target)
     except BaseException:
@@ -140,10 +152,56 @@ def open_runtime(settings: LoadSettings) -> Runtime:
         chat_tokens=lambda messages: chat_tokens(target, template, list(messages)),
         raw_tokens=lambda text: target.tokenize(text, add_special=True, parse_special=False),
         info=info, speculation_allowed=not target.is_recurrent, closers=closers,
+        settings=settings,
     )
     if settings.spec == "auto" and runtime.speculation_allowed:
-        runtime.auto = measured_auto_state(runtime, settings)
+        try:
+            runtime.auto = measured_auto_state(runtime, settings)
+        except BaseException:
+            runtime.close()  # only what was loaded here: reused models stay with their owner
+            raise
     return runtime
+
+
+def _loaded_models(runtime: Runtime | None) -> dict[str, Any]:
+    if runtime is None:
+        return {}
+    pairs = [(runtime.info.target_path, runtime.target), (runtime.info.draft_path,
+                                                          runtime.draft)]
+    return {path: model for path, model in pairs if path and model is not None}
+
+
+KEEP = "\0keep"  # switch_models(): leave this one as it is
+
+
+def switch_models(runtime: Runtime, *, model: str | None = KEEP,
+                  draft: str | None = KEEP, spec: str | None = None) -> Runtime:
+    """A runtime with another target and/or draft; `runtime` is closed only on success.
+
+    Models that stay loaded (same file) move to the new runtime with their KV cache, so a
+    draft switch keeps the target's cached conversation. A new target without an explicit
+    draft gets its own preset's default draft. If anything fails to resolve, load or match,
+    the error propagates and `runtime` is untouched.
+    """
+    if runtime.settings is None:
+        raise UsageError("these models were not opened from settings and cannot be switched")
+    changes: dict[str, Any] = {}
+    if model != KEEP:
+        changes["model"] = model
+    if draft != KEEP:
+        changes["draft"] = draft
+    if spec is not None:
+        changes["spec"] = spec  # the mode now in use decides whether a draft is needed
+    fresh = open_runtime(dataclasses.replace(runtime.settings, **changes), reuse=runtime)
+    kept = (fresh.target, fresh.draft)
+    for close in runtime.closers:
+        owner = getattr(close, "__self__", None)
+        if owner is not None and any(owner is m for m in kept):
+            fresh.closers.append(close)  # the new runtime owns it now
+        else:
+            close()
+    runtime.closers.clear()
+    return fresh
 
 
 def measured_auto_state(runtime: Runtime, settings: LoadSettings,

@@ -54,6 +54,8 @@ def test_detect(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     assert RenderConfig.detect(Tty(), Tty(), show_draft=True) == RenderConfig(
         False, False, False, True)
+    monkeypatch.setenv("NO_COLOR", "")  # set but empty: the convention says it does not count
+    assert RenderConfig.detect(Tty(), Tty()) == RenderConfig(True, True, False, True)
 
 
 def _rich_session(tmp: Path, **config: bool) -> tuple[object, Tty, Tty]:

@@ -1,6 +1,6 @@
 """Terminal output of the chat: the streaming answer, the live status line, notes.
 
-On a terminal (stdout and stderr both TTYs, NO_COLOR unset) the answer streams inside a rich
+On a terminal (stdout and stderr both TTYs, NO_COLOR unset or empty) the answer streams inside a rich
 Live region on stderr that shows the tail of the answer plus the status line; when the answer
 ends the region vanishes and the finished answer is printed once to stdout, as Markdown with
 highlighted code unless --plain. So stdout receives exactly the answer, the status line never
@@ -45,7 +45,8 @@ class RenderConfig:
     def detect(cls, out: TextIO, err: TextIO, *, plain: bool = False,
                show_draft: bool = False) -> RenderConfig:
         tty = _isatty(out) and _isatty(err)
-        rich = tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+        # NO_COLOR counts only when non-empty (no-color.org's wording)
+        rich = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
         return cls(rich=rich, markdown=rich and not plain, show_draft=rich and show_draft,
                    summary=_isatty(err))
 

@@ -20,6 +20,7 @@ from prompt_toolkit.input import Input
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.output import Output
 
+from specchat import storage
 from specchat.chat.commands import COMMANDS, ExitChat, dispatch, is_command, lookup
 from specchat.chat.session import ChatSession
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError
@@ -64,7 +65,7 @@ class SlashCompleter(Completer):
         cmd = lookup(words[0])
         if cmd is None:
             return
-        if cmd.name in ("load", "save"):
+        if cmd.name in ("load", "save", "read", "save-settings"):
             sub = Document(text.split(" ", 1)[1])
             yield from self.paths.get_completions(sub, complete_event)
             return
@@ -112,10 +113,13 @@ def make_prompt(chat: ChatSession, *, history_path: Path | None,
     history: History = InMemoryHistory()
     if history_path is not None:
         try:
-            history_path.parent.mkdir(parents=True, exist_ok=True)
+            # Private before the first line lands: FileHistory itself creates files 0644.
+            storage.append_bytes(history_path, b"")
+            storage.ensure_private(history_path)
             history = FileHistory(str(history_path))
-        except OSError as exc:
-            chat.renderer.note(f"input history not kept ({history_path}: {exc.strerror})")
+        except (OSError, SpecchatError) as exc:
+            chat.renderer.note(f"input history not kept ({history_path}: "
+                               f"{getattr(exc, 'strerror', None) or exc})")
     return PromptSession(
         message=PROMPT, multiline=True, prompt_continuation=CONTINUATION,
         history=history, completer=SlashCompleter(chat), complete_while_typing=True,

@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from specchat.chat.attach import Attachment, compose, measure, read_files
 from specchat.commands import common as c
 from specchat.config import Settings
 from specchat.engine.events import Chunk, Finished
@@ -34,25 +35,38 @@ def ask(
                      "at the end.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, "
                         "tokens, finish reason, statistics) instead of the text.")] = False,
+    files: c.FilesFlag = None,
     *, settings: Settings,
 ) -> None:
     options = c.options_from(settings)
-    text = read_prompt(prompt)
+    attached = read_files(files or [])
+    text = read_prompt(prompt, stdin_free="-" not in (files or []), files=bool(attached))
     with open_runtime(c.load_settings(settings, quiet=json_out)) as runtime:
-        tokens = prompt_tokens(runtime, text, settings["system"], raw)
+        counts = measure(attached, runtime.raw_tokens, runtime.target.n_ctx)
+        tokens = prompt_tokens(runtime, compose(attached, text), settings["system"], raw)
         finished = stream_answer(runtime, tokens, options, echo=not json_out)
     if finished is None:
         raise typer.Exit(EXIT_INTERRUPTED)
     if json_out:
-        print(json.dumps(answer_json(runtime, finished), ensure_ascii=False))
+        out = answer_json(runtime, finished)
+        out["attachments"] = [{"name": a.name, "tokens": n} for a, n in zip(attached, counts)]
+        print(json.dumps(out, ensure_ascii=False))
     if stats:
         print(summary_line(finished.stats, finished.reason), file=sys.stderr)
+        if attached:
+            print(attachments_line(attached, counts), file=sys.stderr)
 
 
-def read_prompt(words: list[str] | None) -> str:
-    """stdin (when piped) first, then the prompt words; an empty result is a usage error."""
+def attachments_line(attached: list[Attachment], counts: list[int]) -> str:
+    names = ", ".join(f"{a.name} {n} tok" for a, n in zip(attached, counts))
+    return f"attachments: {sum(counts)} tokens ({names})"
+
+
+def read_prompt(words: list[str] | None, stdin_free: bool = True, files: bool = False) -> str:
+    """stdin (when piped and not attached with -f -) first, then the prompt words; an empty
+    result is a usage error unless files were attached (they are the message then)."""
     parts: list[str] = []
-    if not sys.stdin.isatty():
+    if stdin_free and not sys.stdin.isatty():
         data = sys.stdin.buffer.read()
         piped = data.decode("utf-8", errors="replace")
         if "\ufffd" in piped and b"\xef\xbf\xbd" not in data:
@@ -63,7 +77,7 @@ def read_prompt(words: list[str] | None) -> str:
     if words:
         parts.append(" ".join(words))
     text = "\n\n".join(parts)
-    if not text.strip():
+    if not text.strip() and not files:
         raise UsageError('empty prompt: give one as an argument (specchat "...") or on stdin')
     return text
 
