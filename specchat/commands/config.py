@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
-
 import typer
 
-from specchat.config import config_path, resolve
+from specchat.config import Settings, config_path
+from specchat.optflags import with_options
 from specchat.options import BY_NAME, OPTIONS
 
 app = typer.Typer(help="Show every option's effective value and its source (flag, env, "
@@ -18,21 +17,21 @@ def register(parent: typer.Typer) -> None:
     parent.add_typer(app, name="config")
 
 
+NAMES = tuple(o.name for o in OPTIONS)
+
+
 @app.callback(invoke_without_command=True)
-def config(
-    ctx: typer.Context,
-    profile: Annotated[Optional[str], typer.Option(
-        "--profile", help="Show the values with the config file's profile.NAME table "
-        "applied. (env: SPECCHAT_PROFILE)")] = None,
-) -> None:
-    if ctx.invoked_subcommand is not None:
+@with_options(NAMES)
+def config(context: typer.Context, *, settings: Settings | None) -> None:
+    """Any option flag may be given too: the table then shows what that command line
+    would resolve to."""
+    if context.invoked_subcommand is not None or settings is None:
         return
-    names = [o.name for o in OPTIONS]
-    settings = resolve(names, {}, profile=profile)
-    width = max(len(n) for n in names)
-    for name in names:
-        value = BY_NAME[name].show(settings[name])
-        print(f"{name:<{width}}  {value}  ({settings.sources[name]})")
+    shown = {name: BY_NAME[name].show(settings[name]) for name in NAMES}
+    width = max(len(n) for n in NAMES)
+    value_width = min(max(len(v) for v in shown.values()), 30)
+    for name in NAMES:
+        print(f"{name:<{width}}  {shown[name]:<{value_width}}  {settings.sources[name]}")
 
 
 @app.command("path", help="Print the config file's path (whether or not it exists yet).")
