@@ -1,6 +1,7 @@
 """The prompt-toolkit REPL: reading lines, multi-line input, completion, the main loop.
 
-Keys: Enter sends; Esc then Enter inserts a newline; a message that starts with \"\"\" goes on
+Keys: Enter sends; Esc then Enter inserts a newline; Ctrl-R searches earlier prompts
+(prompt-toolkit's reverse search; Enter takes the found line); a message that starts with \"\"\" goes on
 until the closing \"\"\"; bracketed paste inserts pasted newlines without sending. Ctrl-C
 clears a non-empty line and leaves on an empty one (exit 130); Ctrl-D on an empty line
 leaves with 0. Ctrl-C during an answer is handled by ChatSession.ask (the answer stops).
@@ -14,7 +15,7 @@ from pathlib import Path
 from prompt_toolkit import PromptSession
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
 from prompt_toolkit.document import Document
-from prompt_toolkit.filters import Condition
+from prompt_toolkit.filters import Condition, is_searching
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.input import Input
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
@@ -80,17 +81,19 @@ class SlashCompleter(Completer):
 def key_bindings() -> KeyBindings:
     kb = KeyBindings()
     block_open = Condition(lambda: _current_text_in_block())
+    # While Ctrl-R searches, Enter belongs to the search (it accepts the found line).
+    typing = ~is_searching
 
-    @kb.add("enter", filter=~block_open)
+    @kb.add("enter", filter=typing & ~block_open)
     def _send(event: KeyPressEvent) -> None:
         event.current_buffer.validate_and_handle()
 
-    @kb.add("enter", filter=block_open)
-    @kb.add("escape", "enter")
+    @kb.add("enter", filter=typing & block_open)
+    @kb.add("escape", "enter", filter=typing)
     def _newline(event: KeyPressEvent) -> None:
         event.current_buffer.insert_text("\n")
 
-    @kb.add("c-c")
+    @kb.add("c-c", filter=typing)  # while searching, Ctrl-C only ends the search
     def _interrupt(event: KeyPressEvent) -> None:
         buffer = event.current_buffer
         if buffer.text:
