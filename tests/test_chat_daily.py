@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import stat
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
-import tomllib
 
 from specchat import runtime as rt
 from specchat.chat.store import load_conversation

@@ -26,7 +26,7 @@ def complete(tmp: Path, shell: str, words: str, cword: int | None = None,
             env["_TYPER_COMPLETE_FISH_ACTION"] = "get-args"
     env.update(extra or {})
     done = subprocess.run([sys.executable, "-m", "specchat"], env=env, cwd=tmp,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, check=False, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     return done.stdout.splitlines()
 
@@ -75,7 +75,7 @@ def test_show_completion_scripts_name_the_program(tmp_path: Path) -> None:
     for shell, marker in (("bash", "complete -o default -F"), ("zsh", "#compdef specchat"),
                           ("fish", "complete --command specchat")):
         done = subprocess.run([sys.executable, "-m", "specchat", "--show-completion", shell],
-                              env=env, capture_output=True, text=True, timeout=120)
+                              env=env, capture_output=True, text=True, check=False, timeout=120)
         assert done.returncode == 0 and "_SPECCHAT_COMPLETE" in done.stdout, done.stderr
         assert marker in done.stdout
 
@@ -84,7 +84,7 @@ def test_install_completion_writes_the_shell_files(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path),
            "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
     done = subprocess.run([sys.executable, "-m", "specchat", "--install-completion", "bash"],
-                          env=env, capture_output=True, text=True, timeout=120)
+                          env=env, capture_output=True, text=True, check=False, timeout=120)
     assert done.returncode == 0, done.stderr
     script = tmp_path / ".bash_completions" / "specchat.sh"
     assert "_SPECCHAT_COMPLETE" in script.read_text()
@@ -96,9 +96,9 @@ def test_version_and_help(tmp_path: Path) -> None:
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "specchat", "--version"], env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, check=False, timeout=120)
     assert done.stdout == f"specchat {__version__}\n"
     done = subprocess.run([sys.executable, "-m", "specchat", "--help"], env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, check=False, timeout=120)
     assert f"specchat {__version__}" in done.stdout and "--version" in done.stdout
     assert "--install-completion" in done.stdout

@@ -38,7 +38,7 @@ def specchat(args: list[str], tmp: Path, env: dict[str, str] | None = None
     clean.update({"SPECCHAT_HOME": str(tmp / "home"), "PYTHONPATH": str(ROOT),
                   "SPECCHAT_CONFIG": str(tmp / "config.toml"), **(env or {})})
     return subprocess.run([sys.executable, "-m", "specchat", *args], cwd=tmp, env=clean,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, check=False, timeout=120)
 
 
 def table(out: str) -> dict[str, tuple[str, str]]:

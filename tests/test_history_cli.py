@@ -63,7 +63,7 @@ def test_search_newest_first_with_the_matching_line(saved: dict[str, Path], caps
         "20260101-100500  turn 1  file a.py: print('needle')",
         "20260101-100500  turn 1  assistant: It prints NEEDLE twice.",
     ]
-    code, out, err = run_cli(["history", "search", "zebra"], capsys)
+    _, out, err = run_cli(["history", "search", "zebra"], capsys)
     assert code == 0 and out == "" and "nothing matches 'zebra'" in err
 
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.real
 def test_model_switch_keeps_the_conversation(real_model_path: Callable[[str], Path],
                                              tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from specchat.chat.render import Renderer, RenderConfig
+    from specchat.chat.render import RenderConfig, Renderer
     from specchat.chat.session import ChatSession
     from specchat.runtime import LoadSettings, open_runtime
 

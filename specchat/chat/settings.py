@@ -16,7 +16,7 @@ from specchat import options as schema
 from specchat.chat.session import ChatSession
 from specchat.config import config_path, save_settings
 from specchat.errors import UsageError
-from specchat.options import BY_NAME, GENERATION, OPTIONS, OptionError, Option
+from specchat.options import BY_NAME, GENERATION, OPTIONS, Option, OptionError
 
 LIVE: tuple[Option, ...] = tuple(o for o in OPTIONS if o.live)
 _SAMPLING = {f.name for f in dataclasses.fields(schema.SamplingOptions)}

@@ -25,8 +25,7 @@ def model_candidates(incomplete: str = "") -> list[str]:
         pass
     if any(s in incomplete for s in ("/", "~")) or incomplete.startswith("."):
         out += _path_matches(incomplete)
-    seen: set[str] = set()
-    return [c for c in out if c.startswith(incomplete) and not (c in seen or seen.add(c))]
+    return [c for c in dict.fromkeys(out) if c.startswith(incomplete)]  # in order, once
 
 
 def _path_matches(incomplete: str) -> list[str]:
