@@ -96,6 +96,8 @@ def summary_text(stats: Stats, draft_name: str | None, reason: str | None) -> st
         parts.append(f"≈{est:.2f}x est.")
     new = stats.prompt_tokens - stats.prompt_cached
     parts.append(f"prompt +{new} tok {stats.prompt_seconds * 1000:.0f} ms")
+    if stats.first_token_seconds > 0:
+        parts.append(f"first token {stats.first_token_seconds * 1000:.0f} ms")
     line = " · ".join(parts)
     return f"{line} · {REASONS[reason]}" if reason in REASONS else line
 
