@@ -234,3 +234,41 @@ def test_size_limit_refuses_nonsense(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(pc.SIZE_ENV, "lots")
     with pytest.raises(UsageError, match="SPECCHAT_PROMPT_CACHE"):
         size_limit()
+
+
+class StatefulWordModel(StatefulFake):
+    """The fake runtime's vocabulary, with savable state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from tests.fake_runtime import EOS, WORDS
+        self._n_vocab = len(WORDS)
+        self._eog = frozenset({EOS})
+        self.pieces = [w.encode() for w in WORDS]
+
+
+def test_bench_times_the_first_token_cold_and_warm_through_the_cache(tmp_path: Path) -> None:
+    from specchat.bench.prompts import BenchPrompt
+    from specchat.bench.report import to_json
+    from specchat.bench.runner import run_bench
+    from specchat.engine.options import GenerationOptions, SamplingOptions
+    from tests.fake_runtime import fake_runtime
+
+    target = StatefulWordModel()
+    runtime = fake_runtime(target=target)  # type: ignore[arg-type]
+    prompts = [BenchPrompt("q1", "rag", "a long shared document " * 20 + "first?"),
+               BenchPrompt("q2", "qa", "another text entirely " * 20 + "second?")]
+    options = GenerationOptions(sampling=SamplingOptions(temperature=0.0), max_tokens=6,
+                                spec="off")
+    cache = PromptCache(tmp_path, min_new_tokens=0)
+    result = run_bench(runtime, prompts, ["off", "ngram"], options, prompt_cache=cache,
+                       warmup=False)
+    assert [f.question_id for f in result.first_tokens] == ["q1", "q2"]
+    for first in result.first_tokens:
+        assert first.restored == first.prompt_tokens - 1  # all but the last token loaded
+        assert first.cold_seconds > 0 and first.warm_seconds > 0
+    assert target.loads == 2
+    assert runtime.prompt_cache is None and not list(tmp_path.glob("*.kv"))
+    doc = to_json(result, ["off", "ngram"], {})
+    assert set(doc["first_token"]["summary"]) == {"rag", "qa", "overall"}
+    assert doc["first_token"]["summary"]["overall"]["prompts"] == 2
