@@ -71,7 +71,7 @@ def test_terminal_answer_is_markdown_on_stdout_status_on_stderr(tmp_path: Path,
     chat, out, err = _rich_session(tmp_path)
     answer = "# Title\n\n```python\nprint('hi')\n```\n"
     stats = Stats(mode="off", generated=3, steps=3, decode_seconds=0.1)
-    monkeypatch.setattr(chat.runtime, "stream", lambda tokens, options: iter([  # type: ignore
+    monkeypatch.setattr(chat.runtime, "stream", lambda tokens, options, **kw: iter([  # type: ignore
         Chunk(answer[:10], (1,), (False,), stats), Chunk(answer[10:], (2,), (False,), stats),
         __import__("specchat.engine.events", fromlist=["Finished"]).Finished(
             "eog", answer, (1, 2), stats)]))
