@@ -29,6 +29,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from specchat.engine.protocol import common_prefix
 from specchat.errors import SpecchatError, UsageError
 from specchat.storage import StorageError, atomic_write, make_dirs
 
@@ -118,12 +119,12 @@ class PromptCache:
         """
         if not self.enabled or not tokens:
             return 0
-        have = _common_prefix(model.tokens, tokens)
+        have = common_prefix(model.tokens, tokens)
         best, best_len = None, have + MIN_GAIN - 1
         for entry in self._entries(model.state_key):
             if len(entry.tokens) > model.n_ctx:
                 continue
-            shared = _common_prefix(entry.tokens, tokens)
+            shared = common_prefix(entry.tokens, tokens)
             if shared > best_len:
                 best, best_len = entry, shared
         if best is None:
@@ -268,14 +269,6 @@ def _read_header(path: Path, key: str) -> Entry | None:
         return None
     return Entry(path, tuple(int(t) for t in ids), offset, int(meta["blob_len"]),
                  int(meta["crc"]))
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
-    return int(diff[0]) if len(diff) else n
 
 
 def _touch(path: Path) -> None:

@@ -48,7 +48,7 @@ class Drafter(Protocol):
         ...
 
 
-PREFILL_CHUNK = 256  # tokens per prefill call: the Ctrl-C and progress granularity
+PREFILL_CHUNK = 512  # tokens per prefill call (= the backend's n_batch): progress granularity
 
 
 def fill_cache(model: LogitsModel, tokens: Sequence[int], *, chunk: int = PREFILL_CHUNK,
