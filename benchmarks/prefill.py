@@ -5,8 +5,8 @@
 
 The prompt is specchat's own source text cut to about --tokens tokens, in a chat template.
 `llama`: `Llama(...).create_chat_completion(max_tokens=1)` with n_threads and n_threads_batch
-set to --threads, a context large enough, everything else default; its prefix cache is reset
-before every run. `specchat*`: load_model() and the engine's chunked prefill of the same
+set to --threads, a context large enough, everything else default (flash attention off);
+`llama-fa-on` the same with flash_attn=True. Its prefix cache is reset before every run. `specchat*`: load_model() and the engine's chunked prefill of the same
 messages plus the first step (time to first token). Variants run in turn, --reps rounds, the
 order rotating each round, so a shared machine's drift hits all alike. Prints the median
 seconds and tokens/s per variant. Lives outside the package: only specchat/llm/backend.py
@@ -48,10 +48,10 @@ def messages_for(target_tokens: int, count: Callable[[str], int]) -> list[dict[s
     return [{"role": "user", "content": text + "\n\nWhat does this code do?"}]
 
 
-def llama_runner(path: Path, n_ctx: int, threads: int,
-                 messages: list[dict[str, str]]) -> Runner:
+def llama_runner(path: Path, n_ctx: int, threads: int, messages: list[dict[str, str]],
+                 flash_attn: bool = False) -> Runner:
     llm = llama_cpp.Llama(str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                          n_gpu_layers=0, verbose=False)
+                          n_gpu_layers=0, flash_attn=flash_attn, verbose=False)
 
     def run() -> float:
         llm.reset()
@@ -114,8 +114,9 @@ def main() -> None:
     runners: dict[str, Runner] = {}
     n_tokens = 0
     for name in args.variants.split(","):
-        if name == "llama":
-            runners[name] = llama_runner(path, n_ctx, args.threads, messages)
+        if name in ("llama", "llama-fa-on"):
+            runners[name] = llama_runner(path, n_ctx, args.threads, messages,
+                                         flash_attn=name == "llama-fa-on")
         else:
             runners[name], n_tokens = specchat_runner(path, n_ctx, args.threads, messages,
                                                       VARIANTS[name])
