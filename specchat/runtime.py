@@ -66,7 +66,11 @@ class Runtime:
     def _cached_models(self, draft: LogitsModel | None) -> list[StatefulModel]:
         if self.prompt_cache is None or not self.speculation_allowed:
             return []  # a recurrent state cannot be cut back to a shared prefix
-        return [m for m in (self.target, draft) if isinstance(m, StatefulModel)]
+        found: list[StatefulModel] = []
+        for model in (self.target, draft):
+            if isinstance(model, StatefulModel):  # fakes in tests may have no saved states
+                found.append(model)
+        return found
 
     def _restorer(self, draft: LogitsModel | None) -> Restore | None:
         models, cache = self._cached_models(draft), self.prompt_cache

@@ -135,3 +135,41 @@ def test_summary_line_reports_prompt_speed_and_first_token() -> None:
     line = summary_line(cached)
     assert "prompt 3001 tok (2990 cached) in 0.50s · first token 0.60s" in line
     assert "tok/s)" not in line.split("first token")[0]  # 10 tokens: no speed to speak of
+
+
+def test_abort_flag_turns_sigint_into_an_abort_and_then_a_keyboard_interrupt() -> None:
+    import os
+    import signal
+
+    from specchat.llm.helpers import AbortFlag
+
+    flag = AbortFlag()
+    with flag.armed() as armed:
+        assert armed and flag(None) is False
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # Python runs the handler between bytecodes
+            if flag.interrupted:
+                break
+        assert flag(None) is True  # what llama.cpp's abort callback answers now
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+        flag.raise_pending_interrupt()
+    assert flag(None) is False
+    flag.raise_pending_interrupt()  # nothing pending: no exception
+
+
+def test_abort_flag_leaves_someone_elses_sigint_handler_alone() -> None:
+    import signal
+
+    from specchat.llm.helpers import AbortFlag
+
+    def mine(_signum: int, _frame: object) -> None:
+        return None
+
+    previous = signal.signal(signal.SIGINT, mine)
+    try:
+        with AbortFlag().armed() as armed:
+            assert not armed
+            assert signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGINT, previous)

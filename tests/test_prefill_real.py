@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.llm import load_model
 from specchat.promptcache import PromptCache
 from specchat.runtime import LoadSettings, Runtime, open_runtime
+from tests.tmux import keys, wait_for
 
 pytestmark = pytest.mark.real
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,24 +92,12 @@ def test_ctrl_c_during_a_long_prefill_exits_130_with_one_line(
     subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "150", "-y", "30", cmd],
                    check=True)
     try:
-        _wait_for(name, "reading the prompt", timeout=180)
-        subprocess.run(["tmux", "send-keys", "-t", name, "C-c"], check=True)
-        screen = _wait_for(name, "EXIT=", timeout=120)
+        wait_for(name, "reading the prompt", timeout=180)
+        keys(name, "C-c")
+        screen = wait_for(name, "EXIT=", timeout=120)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], check=False)
     lines = [line for line in screen.splitlines() if line.strip()]
     assert lines == ["specchat: interrupted", "EXIT=130"], screen
     # Interrupted before its prefill was done: nothing saved.
     assert not list((tmp_path / "home").rglob("*.kv"))
-
-
-def _wait_for(session: str, text: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    screen = ""
-    while time.monotonic() < deadline:
-        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
-                                capture_output=True, text=True).stdout
-        if text in screen:
-            return screen
-        time.sleep(0.1)
-    raise AssertionError(f"{text!r} never appeared on the screen:\n{screen}")

@@ -22,6 +22,7 @@ from specchat.promptcache import PromptCache, prompt_cache_dir, size_limit
 from specchat.report import summary_line
 from specchat.runtime import Runtime, open_runtime
 
+
 def register(app: typer.Typer) -> None:
     app.command("ask", help="Answer one prompt (argument and/or stdin) and exit.")(ask)
 
