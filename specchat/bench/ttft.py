@@ -98,8 +98,9 @@ def summarize(rows: Sequence[FirstToken]) -> dict[str, dict[str, Any]]:
 def render(console: Console, rows: Sequence[FirstToken]) -> None:
     if not rows:
         return
-    table = Table(title="time to first token (median; warm: through the prompt cache)",
-                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title="time to first token (median)", title_justify="left",
+                  caption="warm: the same prompt again, through the prompt cache",
+                  caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for name in ("category", "n", "prompt tok", "cold s", "warm s", "cold/warm"):
         table.add_column(name, justify="left" if name == "category" else "right",
                          no_wrap=True)
