@@ -7,7 +7,7 @@ The one place where presets, the llama.cpp layer and the engine meet, shared by 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,8 @@ class Runtime:
     closers: list[Callable[[], None]] = field(default_factory=list)
     auto: AutoState = field(default_factory=AutoState)  # learnt across answers
 
-    def stream(self, prompt: Sequence[int], options: GenerationOptions) -> Iterator[Event]:
+    def stream(self, prompt: Sequence[int], options: GenerationOptions
+               ) -> Generator[Event, None, None]:
         """Generate an answer to `prompt` tokens; the mode comes from options.spec."""
         options = self.effective_options(options)
         draft = self.draft if options.spec in ("draft", "auto") else None

@@ -167,6 +167,23 @@ def create_unique(directory: Path, stem: str, suffix: str, *, private: bool = Tr
         return path
 
 
+def ensure_file(path: Path, *, private: bool = True) -> Path:
+    """Make sure `path` exists (created empty, 0600 when private) for a library that appends
+    to it by itself (prompt-toolkit's history, logging), and tighten one an older version
+    created; its directories are created 0700."""
+    path = Path(path)
+    make_dirs(path.parent, private=private)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                     PRIVATE_FILE if private else SHARED_FILE)
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {describe(exc)}") from None
+    os.close(fd)
+    if private:
+        ensure_private(path)
+    return path
+
+
 def ensure_private(path: Path) -> None:
     """Tighten an existing file of ours to 0600 (files created by older versions)."""
     try:

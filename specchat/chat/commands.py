@@ -146,7 +146,8 @@ def _show(session: ChatSession, arg: str) -> None:
         f"cache holds {len(session.runtime.target.tokens)}"
         + (f"; {conv.start} oldest turns left out" if conv.start else ""),
         f"system    {conv.system or '(none)'}",
-        f"saved to  {session.store.path} ({len(conv.turns)} turns)",
+        f"saved to  {session.store.path or '(a new file, with the first turn)'} "
+        f"({len(conv.turns)} turns)",
         "options   " + "  ".join(f"{k}={v!r}" for k, v in flat_options(session.options).items()),
     ]
     session.renderer.lines(lines + [f"note      {n}" for n in info.notes])
@@ -176,11 +177,17 @@ def _undo(session: ChatSession, arg: str) -> None:
     session.renderer.dim(f"removed the last turn ({preview!r})")
 
 
-def _save(session: ChatSession, arg: str) -> None:
+def _save(session: ChatSession, arg: str, *, overwrite: bool = False) -> None:
     name = arg.strip() or time.strftime("specchat-%Y%m%d-%H%M%S.jsonl")
     path = Path(name).expanduser()
-    session.save(path)
+    session.save(path, overwrite=overwrite)
     session.renderer.dim(f"saved {len(session.conversation.turns)} turns to {path}")
+
+
+def _save_over(session: ChatSession, arg: str) -> None:
+    if not arg.strip():
+        raise UsageError("/save! needs the file to replace: /save! FILE")
+    _save(session, arg, overwrite=True)
 
 
 def _load(session: ChatSession, arg: str) -> None:
@@ -254,7 +261,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("clear", "", "start a new conversation (keeps the system prompt)", _clear),
     Command("regen", "", "answer the last question again", _regen),
     Command("undo", "", "remove the last question and its answer", _undo),
-    Command("save", "[file]", "save a copy (.jsonl, or .md for a transcript)", _save),
+    Command("save", "[file]", "save a copy (.jsonl, or .md for a transcript); never "
+            "replaces a file", _save),
+    Command("save!", "<file>", "save a copy, replacing an existing file", _save_over),
     Command("load", "<file>", "continue a saved conversation", _load),
     Command("copy", "[N]", "copy the last answer, or its code block N, to the clipboard",
             _copy),

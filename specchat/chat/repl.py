@@ -20,9 +20,11 @@ from prompt_toolkit.input import Input
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.output import Output
 
+from specchat import storage
 from specchat.chat.commands import COMMANDS, ExitChat, dispatch, is_command, lookup
 from specchat.chat.session import ChatSession
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError
+from specchat.storage import StorageError
 
 PROMPT = ">>> "
 CONTINUATION = "... "
@@ -64,7 +66,7 @@ class SlashCompleter(Completer):
         cmd = lookup(words[0])
         if cmd is None:
             return
-        if cmd.name in ("load", "save"):
+        if cmd.name in ("load", "save", "save!"):
             sub = Document(text.split(" ", 1)[1])
             yield from self.paths.get_completions(sub, complete_event)
             return
@@ -112,10 +114,11 @@ def make_prompt(chat: ChatSession, *, history_path: Path | None,
     history: History = InMemoryHistory()
     if history_path is not None:
         try:
-            history_path.parent.mkdir(parents=True, exist_ok=True)
-            history = FileHistory(str(history_path))
-        except OSError as exc:
-            chat.renderer.note(f"input history not kept ({history_path}: {exc.strerror})")
+            # prompt-toolkit appends with the umask's mode: the file must exist, private,
+            # before it first writes the user's lines there.
+            history = FileHistory(str(storage.ensure_file(history_path)))
+        except StorageError as exc:
+            chat.renderer.note(f"input history not kept ({exc})")
     return PromptSession(
         message=PROMPT, multiline=True, prompt_continuation=CONTINUATION,
         history=history, completer=SlashCompleter(chat), complete_while_typing=True,

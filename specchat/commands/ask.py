@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from specchat.commands import common as c
-from specchat.engine.events import Chunk, Finished
+from specchat.engine.events import Chunk, Finished, drain
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, UsageError
 from specchat.report import summary_line
@@ -103,17 +103,15 @@ def prompt_tokens(runtime: Runtime, text: str, system: str | None, raw: bool) ->
 def stream_answer(runtime: Runtime, tokens: list[int], options: GenerationOptions,
                   echo: bool) -> Finished | None:
     """Stream chunks to stdout; None when Ctrl-C stopped the answer."""
-    events = runtime.stream(tokens, options)
-    finished: Finished | None = None
+
+    def write(chunk: Chunk) -> None:
+        if echo and chunk.text:
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+
     try:
-        for event in events:
-            if isinstance(event, Chunk) and echo and event.text:
-                sys.stdout.write(event.text)
-                sys.stdout.flush()
-            elif isinstance(event, Finished):
-                finished = event
+        finished = drain(runtime.stream(tokens, options), write)
     except KeyboardInterrupt:
-        events.close()
         if echo:
             sys.stdout.write("\n")
         print("specchat: interrupted", file=sys.stderr)
