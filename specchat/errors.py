@@ -31,3 +31,9 @@ class ModelError(SpecchatError):
 
 class DownloadError(SpecchatError):
     """A download that failed; nothing half-written is left behind."""
+
+
+class Interrupted(SpecchatError):
+    """Ctrl-C outside an answer (an answer stopped by Ctrl-C is not an error: it is kept)."""
+
+    exit_code = EXIT_INTERRUPTED

@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from specchat import output
 from specchat.commands import common as c
 from specchat.engine.events import Chunk, Finished, drain
 from specchat.engine.options import GenerationOptions
@@ -58,7 +59,7 @@ def ask(
     if finished is None:
         raise typer.Exit(EXIT_INTERRUPTED)
     if json_out:
-        print(json.dumps(answer_json(runtime, finished), ensure_ascii=False))
+        output.write(json.dumps(answer_json(runtime, finished), ensure_ascii=False) + "\n")
     if stats:
         print(summary_line(finished.stats, finished.reason), file=sys.stderr)
 
@@ -106,19 +107,17 @@ def stream_answer(runtime: Runtime, tokens: list[int], options: GenerationOption
 
     def write(chunk: Chunk) -> None:
         if echo and chunk.text:
-            sys.stdout.write(chunk.text)
-            sys.stdout.flush()
+            output.write(chunk.text)
 
     try:
         finished = drain(runtime.stream(tokens, options), write)
     except KeyboardInterrupt:
         if echo:
-            sys.stdout.write("\n")
+            output.write("\n")
         print("specchat: interrupted", file=sys.stderr)
         return None
     if echo and finished is not None and not finished.text.endswith("\n"):
-        sys.stdout.write("\n")
-    sys.stdout.flush()
+        output.write("\n")
     return finished
 
 

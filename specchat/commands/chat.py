@@ -73,7 +73,7 @@ def chat(
                                    plain=plain, show_draft=show_draft)
             apply_system(session, system)
             code = one_shot(session, question) if piped else interactive(session)
-    except (SpecchatError, KeyboardInterrupt, typer.Exit):
+    except (SpecchatError, KeyboardInterrupt, typer.Exit, BrokenPipeError):
         raise
     except Exception as exc:  # keep tracebacks out of the terminal; --verbose logs them
         errors.record(exc)
@@ -170,6 +170,8 @@ def open_error_log() -> ErrorLog:
 def history(
     limit: Annotated[int, typer.Option("--limit", "-n", help="How many to list.")] = 20,
 ) -> None:
+    if limit < 1:
+        raise UsageError(f"history --limit {limit}: give at least 1 (how many to list)")
     rows = list(summaries(limit))
     if not rows:
         print("no saved conversations yet", file=sys.stderr)

@@ -35,7 +35,8 @@ RepeatPenalty = Annotated[float, _opt("--repeat-penalty", env="REPEAT_PENALTY",
                           help="1 turns it off.")]
 RepeatLastN = Annotated[int, _opt("--repeat-last-n", env="REPEAT_LAST_N",
                         help="Window of recent tokens the repeat penalty sees.")]
-Seed = Annotated[Optional[int], _opt("--seed", env="SEED", help="Seed for reproducible sampling.")]
+Seed = Annotated[Optional[int], _opt("--seed", env="SEED", help="Seed for reproducible "
+                 "sampling; -1 (or none) picks a random one.")]
 MaxTokens = Annotated[int, _opt("--max-tokens", "-n", env="MAX_TOKENS",
                       help="Most tokens in an answer.")]
 Stop = Annotated[Optional[list[str]], _opt("--stop", env="STOP",

@@ -21,6 +21,7 @@ from specchat.engine.protocol import ContextFullError
 from specchat.errors import ModelError, UsageError
 from specchat.llm.helpers import (
     VOCAB_TYPES,
+    InterruptLatch,
     LogSink,
     check_gguf_file,
     chunk_spans,
@@ -68,9 +69,13 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
     if n_gpu_layers is None:
         n_gpu_layers = -1 if gpu_offload_supported() else 0
     params.n_gpu_layers = n_gpu_layers  # negative: all layers
-    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-    if _LOG.interrupted and model:
-        llama_cpp.llama_model_free(model)
+    with InterruptLatch() as latch:  # Ctrl-C aborts the load at once (exit 130 upstream)
+        keep_going = llama_cpp.llama_progress_callback(latch.keep_going)
+        params.progress_callback = keep_going  # referenced until the call returns
+        model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if model and (latch.hit or _LOG.interrupted):
+            llama_cpp.llama_model_free(model)
+            model = None
     _LOG.raise_pending_interrupt()
     if not model:
         raise ModelError(f"llama.cpp could not load {path}: {log_reason(_LOG.errors)}")
@@ -93,9 +98,11 @@ def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int) -> Any:
         # Sliding-window models (Gemma 3) must keep every position, or a rollback could need
         # cells the window already dropped.
         params.swa_full = True
-    ctx = llama_cpp.llama_init_from_model(model, params)
-    if _LOG.interrupted and ctx:
-        llama_cpp.llama_free(ctx)
+    with InterruptLatch() as latch:
+        ctx = llama_cpp.llama_init_from_model(model, params)
+        if ctx and (latch.hit or _LOG.interrupted):
+            llama_cpp.llama_free(ctx)
+            ctx = None
     _LOG.raise_pending_interrupt()
     if not ctx:
         raise ModelError(f"llama.cpp could not create a {n_ctx}-token context: "

@@ -9,7 +9,9 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import signal
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -54,6 +56,41 @@ class LogSink:
         if self.interrupted:
             self.interrupted = False
             raise KeyboardInterrupt
+
+
+class InterruptLatch:
+    """Ctrl-C as a flag, not an exception, while a long C call (loading a model) runs.
+
+    Python raises KeyboardInterrupt in whatever Python code runs next, and during a load that
+    is one of our ctypes callbacks (the log sink, the progress callback), where ctypes prints
+    a traceback and swallows it. With this latch the signal only sets `hit`; the progress
+    callback reads it to make llama.cpp abort the load, and leaving the `with` raises
+    KeyboardInterrupt once the C call has returned. Only the main thread may set handlers;
+    elsewhere this does nothing.
+    """
+
+    def __init__(self) -> None:
+        self.hit = False
+        self._previous: Any = None
+
+    def __enter__(self) -> InterruptLatch:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._catch)
+        return self
+
+    def _catch(self, _signum: int, _frame: object) -> None:
+        self.hit = True
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+        if self.hit and exc_type is None:
+            raise KeyboardInterrupt
+
+    def keep_going(self, _progress: float, _user_data: object) -> bool:
+        """llama.cpp's load progress callback: False aborts the load at once."""
+        return not self.hit
 
 
 def normalize_rows(logit_rows: Sequence[int], n: int) -> list[int]:
