@@ -139,7 +139,9 @@ def open_runtime(settings: LoadSettings) -> Runtime:
     runtime = Runtime(
         target=target, draft=draft,
         chat_tokens=lambda messages: chat_tokens(target, template, list(messages)),
-        raw_tokens=lambda text: target.tokenize(text, add_special=True, parse_special=False),
+        # --raw sends the text verbatim, control tokens included: it is how to write a
+        # prompt in the model's own format (documented in `ask --raw --help` and README).
+        raw_tokens=lambda text: target.tokenize(text, add_special=True, parse_special=True),
         info=info, speculation_allowed=not target.is_recurrent, closers=closers,
     )
     if settings.spec == "auto" and runtime.speculation_allowed:

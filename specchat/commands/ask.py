@@ -39,7 +39,8 @@ def ask(
     max_tokens: c.MaxTokens = D.max_tokens, stop: c.Stop = None, ctx: c.Ctx = 4096,
     n_gpu_layers: c.GpuLayers = None, threads: c.Threads = None,
     raw: Annotated[bool, typer.Option("--raw", help="Send the text verbatim as a completion "
-                   "prompt, without the chat template.")] = False,
+                   "prompt, without the chat template; special-token text in it (e.g. "
+                   "<|im_start|>) becomes those tokens.")] = False,
     stats: Annotated[bool, typer.Option("--stats", help="Print a one-line summary to stderr "
                      "at the end.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, "
