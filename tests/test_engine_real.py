@@ -1,7 +1,7 @@
 """The engine on real GGUF logits: exact distribution, greedy equivalence, cache consistency.
 
 SmolLM2-135M is the target; a Q2_K requantization of it is a real draft that disagrees on a
-third of its choices (MODELS.md), which is what a test of partial acceptance needs.
+good share of its choices, which is what a test of partial acceptance needs.
 """
 
 from __future__ import annotations

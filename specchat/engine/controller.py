@@ -37,7 +37,7 @@ class FixedK:
 
 class AdaptiveK:
     """Double k after a fully accepted draft (up to k_max), drop to accepted + 1 after a
-    rejection. Measured on the 2-core CPUs (PHYSICS.md) this was the only prompt-lookup
+    rejection. Measured on 2 CPU cores (docs/costs.md) this was the only prompt-lookup
     setting that did not lose overall: long drafts when copying, short ones otherwise."""
 
     def __init__(self, k_max: int, k_start: int = 4) -> None:
