@@ -84,3 +84,32 @@ def test_seed_is_checked_in_one_place() -> None:
     with pytest.raises(OptionError, match="seed"):
         SamplingOptions(seed=-2)
     assert parse_value("seed", int | None, "-1") == -1  # /set passes it on to the check
+
+
+def test_drain_closes_the_stream_however_the_consumer_leaves() -> None:
+    from collections.abc import Generator
+
+    from specchat.engine.events import Chunk, Event, drain
+    from specchat.engine.loop import generate
+    from specchat.engine.options import GenerationOptions
+
+    model = fake_model()
+    options = GenerationOptions(max_tokens=30, spec="ngram")
+    closed: list[int] = []
+
+    def engine() -> Generator[Event, None, None]:
+        try:
+            yield from generate(model, [1, 2, 3], options)
+        finally:
+            closed.append(len(model.tokens))  # the engine's cleanup has run by now
+
+    def stop(chunk: Chunk) -> None:
+        raise KeyboardInterrupt  # Ctrl-C (or a closed pipe) while printing the first chunk
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        drain(engine(), stop)
+    # Closed before the exception left drain (the traceback still holds the frames, so the
+    # garbage collector could not have done it): the models can be closed right after.
+    assert len(closed) == 1 and info.value.__traceback__ is not None
+    finished = drain(engine())
+    assert finished is not None and finished.reason in ("eog", "length") and len(closed) == 2

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-SpecMode = Literal["auto", "draft", "ngram", "off"]
 SPEC_MODES: tuple[str, ...] = ("auto", "draft", "ngram", "off")
 
 

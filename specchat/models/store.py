@@ -109,10 +109,6 @@ def write_sidecar(path: Path, sha256: str) -> None:
     storage.atomic_write(sidecar_path(path), text, private=False)
 
 
-def remove_sidecar(path: Path) -> None:
-    sidecar_path(path).unlink(missing_ok=True)
-
-
 def temp_path(final: Path, suffix: str) -> Path:
     """A name for work in progress on `final`: hidden, tagged with our pid, never final-looking."""
     assert suffix in TEMP_SUFFIXES
