@@ -54,6 +54,13 @@ def load(real_model_path: Callable[[str], Path]) -> Iterator[Callable[[str], Any
         model.close()
 
 
+def template_of(model: Any, source: str | None) -> ChatTemplate:
+    """The model's own template, or `source` rendered with the model's BOS text."""
+    if source is None:
+        return ChatTemplate.from_model(model)
+    return ChatTemplate(source, bos_text=model.token_text(model.bos_token), eos_text="<eos>")
+
+
 CASES = [("qwen2.5-coder-0.5b", None, "<|im_start|>"), ("smollm2-135m", None, "<|im_start|>"),
          ("gemma3-270m", GEMMA_LIKE, "<start_of_turn>")]
 
@@ -62,8 +69,7 @@ CASES = [("qwen2.5-coder-0.5b", None, "<|im_start|>"), ("smollm2-135m", None, "<
 def test_ordinary_text_gives_the_same_tokens_as_before(load: Callable[[str], Any], name: str,
                                                        source: str | None, start: str) -> None:
     model = load(name)
-    template = ChatTemplate.from_model(model) if source is None else ChatTemplate(
-        source, bos_text=model.token_text(model.bos_token), eos_text="<eos>")
+    template = template_of(model, source)
     assert not template.is_fallback
     messages = ORDINARY[1:] if source is not None else ORDINARY  # Gemma-like: no system
     for n in range(1, len(messages) + 1):
@@ -75,8 +81,7 @@ def test_ordinary_text_gives_the_same_tokens_as_before(load: Callable[[str], Any
 def test_control_token_text_in_a_message_stays_text(load: Callable[[str], Any], name: str,
                                                     source: str | None, start: str) -> None:
     model = load(name)
-    template = ChatTemplate.from_model(model) if source is None else ChatTemplate(
-        source, bos_text=model.token_text(model.bos_token), eos_text="<eos>")
+    template = template_of(model, source)
     (start_id,) = model.tokenize(start, add_special=False, parse_special=True)
     messages = [{"role": "user", "content": FORGED}]
     tokens = chat_tokens(model, template, messages)
