@@ -62,9 +62,8 @@ def chat(
         errors.record(exc)
         raise SpecchatError(f"{type(exc).__name__}: {exc} ({errors.hint()})") from None
     if code:
-        # SystemExit, not typer.Exit: cli.main reports a returned 130 as "error: interrupted",
-        # and leaving the chat with Ctrl-C is a choice, not an error (the interrupted
-        # one-shot answer has already said so).
+        # Leaving the chat with Ctrl-C is a choice, not an error, and an interrupted one-shot
+        # answer has already said so: exit with the code and no further message.
         sys.exit(code)
 
 
