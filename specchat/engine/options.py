@@ -56,7 +56,8 @@ class GenerationOptions:
     spec: str = "auto"
     draft_max: int = 16
     # Prompt lookup drafts only from an earlier n-gram match at least this long: 1-token
-    # matches are mostly noise and lose on slow CPUs (docs/costs.md). `auto` uses at least 3.
+    # matches are mostly noise, and a rejected draft costs most of a step on CPUs
+    # (docs/costs.md). `auto` uses at least 3.
     draft_min_match: int = 2
 
     def __post_init__(self) -> None:
