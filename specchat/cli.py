@@ -96,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         # Without standalone mode click returns exit codes instead of raising for some paths
         # (typer.Exit(130) after an interrupted answer, which has said so itself): pass them on.
         code = app(args=args, prog_name="specchat", standalone_mode=False)
+        # A command that returns or raises 130 has already said "interrupted" (or needs not,
+        # like Ctrl-C on chat's empty prompt line): a second line would only repeat it.
         output.settle()
         if isinstance(code, int) and code:
             sys.exit(code)

@@ -13,7 +13,8 @@ import signal
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,39 +59,44 @@ class LogSink:
             raise KeyboardInterrupt
 
 
-class InterruptLatch:
-    """Ctrl-C as a flag, not an exception, while a long C call (loading a model) runs.
+class AbortFlag:
+    """llama.cpp's abort callback, answering True once Ctrl-C arrived during a long batch.
 
-    Python raises KeyboardInterrupt in whatever Python code runs next, and during a load that
-    is one of our ctypes callbacks (the log sink, the progress callback), where ctypes prints
-    a traceback and swallows it. With this latch the signal only sets `hit`; the progress
-    callback reads it to make llama.cpp abort the load, and leaving the `with` raises
-    KeyboardInterrupt once the C call has returned. Only the main thread may set handlers;
-    elsewhere this does nothing.
+    Python runs a SIGINT handler only when the main thread executes bytecode, which during
+    llama_decode happens in this callback (llama.cpp calls it between graph nodes on the
+    calling thread). A raising handler would raise inside the callback, where ctypes swallows
+    it; so `armed()` swaps in a handler that only sets the flag, and the backend raises
+    KeyboardInterrupt itself once the C call has returned.
     """
 
     def __init__(self) -> None:
-        self.hit = False
-        self._previous: Any = None
+        self.interrupted = False
 
-    def __enter__(self) -> InterruptLatch:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._catch)
-        return self
+    def __call__(self, _user_data: object) -> bool:
+        return self.interrupted
 
-    def _catch(self, _signum: int, _frame: object) -> None:
-        self.hit = True
+    def _on_sigint(self, _signum: int, _frame: object) -> None:
+        self.interrupted = True
 
-    def __exit__(self, exc_type: object, *_: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
-        if self.hit and exc_type is None:
+    @contextmanager
+    def armed(self) -> Iterator[bool]:
+        """Catch SIGINT into the flag for the duration; yields False where it cannot (not
+        the main thread, or someone else's SIGINT handler is installed)."""
+        if (threading.current_thread() is not threading.main_thread()
+                or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+            yield False
+            return
+        self.interrupted = False
+        signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            yield True
+        finally:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def raise_pending_interrupt(self) -> None:
+        if self.interrupted:
+            self.interrupted = False
             raise KeyboardInterrupt
-
-    def keep_going(self, _progress: float, _user_data: object) -> bool:
-        """llama.cpp's load progress callback: False aborts the load at once."""
-        return not self.hit
 
 
 def normalize_rows(logit_rows: Sequence[int], n: int) -> list[int]:
