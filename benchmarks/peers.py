@@ -22,7 +22,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from rich.table import Table
 
 from specchat.bench import prompts as bp
 from specchat.bench.runner import mode_order
-from specchat.engine.events import Chunk, Finished
+from specchat.engine.events import Chunk, drain
 from specchat.engine.options import GenerationOptions
 from specchat.errors import SpecchatError
 from specchat.runtime import LoadSettings, Runtime, measured_auto_state, open_runtime
@@ -130,12 +130,14 @@ def run_specchat(runtime: Runtime, prompt: list[int], options: GenerationOptions
         runtime.draft.truncate(0)
     timed = Timed()
     start = clock()
-    events: Iterator[Any] = runtime.stream(prompt, options)
-    for event in events:
-        if isinstance(event, Chunk) and event.tokens and not timed.first_tokens:
-            timed.first_tokens, timed.first_at = len(event.tokens), clock() - start
-        elif isinstance(event, Finished):
-            timed.tokens = list(event.tokens)
+
+    def on_chunk(chunk: Chunk) -> None:
+        if chunk.tokens and not timed.first_tokens:
+            timed.first_tokens, timed.first_at = len(chunk.tokens), clock() - start
+
+    finished = drain(runtime.stream(prompt, options), on_chunk)
+    if finished is not None:
+        timed.tokens = list(finished.tokens)
     timed.end_at = clock() - start
     return timed
 

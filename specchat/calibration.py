@@ -11,12 +11,15 @@ import hashlib
 import json
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from specchat import storage
 from specchat.engine.cost import MAX_N, CostTable
 from specchat.engine.protocol import LogitsModel
+from specchat.storage import StorageError
 
 SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 17)
 TARGET_SIZES = SIZES
@@ -79,10 +82,15 @@ def machine_key(model_path: Path, settings: dict[str, object]) -> str:
 
 
 class CalibrationCache:
-    """A JSON file of measured cost tables keyed by machine_key; corrupt files are ignored."""
+    """A JSON file of measured cost tables keyed by machine_key; corrupt files are ignored.
+
+    Best-effort both ways: a file that cannot be read is measured again, and one that cannot
+    be written (read-only cache, a directory in its place) costs one warning, never the run.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.warned = False
 
     def load(self, key: str) -> CostTable | None:
         try:
@@ -97,16 +105,19 @@ class CalibrationCache:
 
     def save(self, key: str, table: CostTable, label: str) -> None:
         try:
-            data = json.loads(self.path.read_text()) if self.path.exists() else {}
+            data = json.loads(self.path.read_text())
             if not isinstance(data, dict):
                 data = {}
         except (OSError, ValueError):
             data = {}
         data[key] = {"seconds": table.seconds, "model": label, "when": time.time()}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, self.path)  # never a half-written cache, even if killed here
+        try:
+            storage.atomic_write(self.path, json.dumps(data, indent=1), private=False)
+        except (StorageError, OSError) as exc:
+            if not self.warned:
+                self.warned = True
+                print(f"specchat: warning: calibration not cached ({exc}); it is measured "
+                      "again next time", file=sys.stderr)
 
 
 def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],

@@ -6,14 +6,15 @@ command); bare `specchat` in a terminal opens the chat.
 
 from __future__ import annotations
 
+import functools
 import sys
-from collections.abc import Sequence
-from typing import Annotated
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any
 
 import typer
 
-from specchat import __version__
-from specchat.errors import EXIT_INTERRUPTED, EXIT_RUNTIME, SpecchatError
+from specchat import __version__, output
+from specchat.errors import EXIT_INTERRUPTED, EXIT_RUNTIME, Interrupted, SpecchatError
 
 app = typer.Typer(
     name="specchat",
@@ -28,7 +29,7 @@ app = typer.Typer(
 
 def _show_version(value: bool) -> None:
     if value:
-        print(f"specchat {__version__}")
+        output.write(f"specchat {__version__}\n")
         raise typer.Exit(0)
 
 
@@ -45,6 +46,25 @@ def _register_commands() -> None:
 
     for module in (ask, chat, history, config, models, bench, doctor):
         module.register(app)
+    for info in app.registered_commands:
+        if info.callback is not None:
+            info.callback = _guarded(info.callback)
+
+
+def _guarded(callback: Callable[..., Any]) -> Callable[..., Any]:
+    """Ctrl-C and a closed stdout as our own exceptions, before click sees them: click would
+    print a blank line and 'Aborted' for one and exit 1 for the other."""
+
+    @functools.wraps(callback)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return callback(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted") from None
+        except BrokenPipeError:
+            raise output.OutputClosed from None
+
+    return run
 
 
 _register_commands()
@@ -84,27 +104,32 @@ def _has_prompt(args: list[str]) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: one-line errors and exit codes instead of tracebacks."""
+    output.open_stdin_if_closed()
     args = route_argv(sys.argv[1:] if argv is None else argv, sys.stdin.isatty())
     try:
         # Without standalone mode click returns exit codes instead of raising for some paths
-        # (its own Ctrl-C handling returns 130): pass them on.
+        # (typer.Exit(130) after an interrupted answer, which has said so itself): pass them on.
         code = app(args=args, prog_name="specchat", standalone_mode=False)
         # A command that returns or raises 130 has already said "interrupted" (or needs not,
         # like Ctrl-C on chat's empty prompt line): a second line would only repeat it.
+        output.settle()
         if isinstance(code, int) and code:
             sys.exit(code)
+    except (output.OutputClosed, BrokenPipeError):
+        # The reader of a pipe went away (`specchat ... | head`): not an error of ours.
+        output.drop()
+        sys.exit(0)
     except SpecchatError as exc:
+        output.settle()
         _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
+        output.settle()
         _fail("interrupted", EXIT_INTERRUPTED)
-    except BrokenPipeError:
-        # The reader of a pipe went away (`specchat ... | head`): not an error of ours.
-        sys.stderr.close()
-        sys.exit(0)
     except (typer.Abort, typer.Exit) as exc:
         code = getattr(exc, "exit_code", 1)
         sys.exit(EXIT_INTERRUPTED if isinstance(exc, typer.Abort) else code)
     except Exception as exc:  # click usage errors and anything unexpected
+        output.settle()
         _handle_other(exc)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-EXIT_OK = 0
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -31,3 +30,9 @@ class ModelError(SpecchatError):
 
 class DownloadError(SpecchatError):
     """A download that failed; nothing half-written is left behind."""
+
+
+class Interrupted(SpecchatError):
+    """Ctrl-C outside an answer (an answer stopped by Ctrl-C is not an error: it is kept)."""
+
+    exit_code = EXIT_INTERRUPTED

@@ -234,8 +234,7 @@ OPTIONS: tuple[Option, ...] = (
            "penalty sees.", GENERATION, check=_sampling_check("repeat_last_n"), live=True),
     Option("seed", int, None, "Seed for reproducible sampling (-1 or none: random).",
            GENERATION, optional=True, parse=_parse_seed, metavar="N",
-           check=lambda v: None if v is None or (isinstance(v, int) and v >= -1)
-           else "must be an integer >= -1", live=True),
+           check=_sampling_check("seed"), live=True),
     Option("max_tokens", int, _G.max_tokens, "Most tokens in an answer.", GENERATION,
            short="-n", check=_generation_check("max_tokens"), live=True),
     Option("stop", list, [], "Stop string (repeatable); never printed.", GENERATION,
@@ -289,12 +288,11 @@ def generation_options(values: Mapping[str, Any]) -> GenerationOptions:
     def get(name: str) -> Any:
         return values.get(name, BY_NAME[name].default)
 
-    seed = get("seed")
     try:
-        sampling = SamplingOptions(
+        sampling = SamplingOptions(  # checks every value, seed -1 (random) included
             temperature=get("temperature"), top_k=get("top_k"), top_p=get("top_p"),
             min_p=get("min_p"), repeat_penalty=get("repeat_penalty"),
-            repeat_last_n=get("repeat_last_n"), seed=None if seed == -1 else seed)
+            repeat_last_n=get("repeat_last_n"), seed=get("seed"))
         return GenerationOptions(sampling=sampling, max_tokens=get("max_tokens"),
                                  stop=tuple(get("stop") or ()), spec=get("spec"),
                                  draft_max=get("draft_max"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ class Runtime:
     prompt_cache: PromptCache | None = None  # on-disk prompt states; one-shot commands only
 
     def stream(self, prompt: Sequence[int], options: GenerationOptions,
-               progress: ProgressCallback | None = None) -> Iterator[Event]:
+               progress: ProgressCallback | None = None) -> Generator[Event, None, None]:
         """Generate an answer to `prompt` tokens; the mode comes from options.spec."""
         options = self.effective_options(options)
         draft = self.draft_for(options.spec)
@@ -192,7 +192,9 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
     runtime = Runtime(
         target=target, draft=draft,
         chat_tokens=lambda messages: chat_tokens(target, template, list(messages)),
-        raw_tokens=lambda text: target.tokenize(text, add_special=True, parse_special=False),
+        # --raw sends the text verbatim, control tokens included: it is how to write a
+        # prompt in the model's own format (documented in `ask --raw --help` and README).
+        raw_tokens=lambda text: target.tokenize(text, add_special=True, parse_special=True),
         info=info, speculation_allowed=not target.is_recurrent, closers=closers,
         settings=settings,
     )

@@ -117,12 +117,7 @@ def append_bytes(path: Path, data: bytes, *, private: bool = True) -> None:
     what it held before and StorageError says why.
     """
     path = Path(path)
-    make_dirs(path.parent, private=private)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT,
-                     PRIVATE_FILE if private else SHARED_FILE)
-    except OSError as exc:
-        raise StorageError(f"cannot write {path}: {describe(exc)}") from None
+    fd = _open_append(path, private)
     try:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
@@ -165,6 +160,27 @@ def create_unique(directory: Path, stem: str, suffix: str, *, private: bool = Tr
         os.close(fd)
         fsync_dir(directory)
         return path
+
+
+def ensure_file(path: Path, *, private: bool = True) -> Path:
+    """Make sure `path` exists (created empty, 0600 when private) for a library that appends
+    to it by itself (prompt-toolkit's history, logging), and tighten one an older version
+    created; its directories are created 0700."""
+    path = Path(path)
+    os.close(_open_append(path, private))
+    if private:
+        ensure_private(path)
+    return path
+
+
+def _open_append(path: Path, private: bool) -> int:
+    """An fd appending to `path`, created (private or not) with its directories if missing."""
+    make_dirs(path.parent, private=private)
+    try:
+        return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT,
+                       PRIVATE_FILE if private else SHARED_FILE)
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {describe(exc)}") from None
 
 
 def ensure_private(path: Path) -> None:

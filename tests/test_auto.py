@@ -57,7 +57,7 @@ def test_choose_drafts_long_when_acceptance_is_high_and_short_when_not() -> None
 
 def test_draft_model_is_never_used_when_its_cost_rules_it_out() -> None:
     state = cpu_state()
-    state.draft_costs = CostTable.from_ratios(0.04 * 0.53, CPU_RATIOS)  # PHYSICS.md's pair
+    state.draft_costs = CostTable.from_ratios(0.04 * 0.53, CPU_RATIOS)  # ~half a step (docs/costs.md: 0.58)
     assert not state.draft_model_can_pay(16)
     gpu = AutoState(target_costs=CostTable.from_ratios(0.01, GPU_RATIOS),
                     draft_costs=CostTable.from_ratios(0.002, GPU_RATIOS))

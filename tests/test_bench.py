@@ -267,6 +267,7 @@ def test_cli_end_to_end_on_fake_models(opened: dict, tmp_path: Path, capsys: Any
     drafted = [r for r in doc["records"] if r["mode"] == "draft"]
     assert all(r["matched_off"] for r in drafted)  # greedy speculation is exact on fakes
     assert doc["settings"]["modes"] == ["off", "ngram", "draft"]
+    assert out_json.stat().st_mode & 0o777 == 0o600  # it holds the prompts and answers
 
 
 def test_cli_json_to_stdout_moves_tables_to_stderr(opened: dict, tmp_path: Path,

@@ -9,7 +9,7 @@ import pytest
 
 from specchat.chat.render import (Renderer, RenderConfig, speedup_estimate, status_text,
                                   summary_text)
-from specchat.engine.events import Chunk
+from specchat.engine.events import Chunk, Finished
 from specchat.engine.stats import Stats
 from tests import chat_fakes as f
 
@@ -73,10 +73,11 @@ def test_terminal_answer_is_markdown_on_stdout_status_on_stderr(tmp_path: Path,
     chat, out, err = _rich_session(tmp_path)
     answer = "# Title\n\n```python\nprint('hi')\n```\n"
     stats = Stats(mode="off", generated=3, steps=3, decode_seconds=0.1)
-    monkeypatch.setattr(chat.runtime, "stream", lambda tokens, options, **kw: iter([  # type: ignore
-        Chunk(answer[:10], (1,), (False,), stats), Chunk(answer[10:], (2,), (False,), stats),
-        __import__("specchat.engine.events", fromlist=["Finished"]).Finished(
-            "eog", answer, (1, 2), stats)]))
+    events = [Chunk(answer[:10], (1,), (False,), stats),
+              Chunk(answer[10:], (2,), (False,), stats), Finished("eog", answer, (1, 2), stats)]
+    # Runtime.stream returns a generator (consumers close it): so does this stand-in.
+    monkeypatch.setattr(chat.runtime, "stream",  # type: ignore[attr-defined]
+                        lambda tokens, options, **kw: (e for e in events))
     turn = chat.ask("hi")  # type: ignore[attr-defined]
     assert turn.assistant == answer
     printed = out.getvalue()

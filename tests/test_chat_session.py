@@ -210,7 +210,9 @@ def test_save_copy_jsonl_and_markdown(tmp_path: Path) -> None:
     assert "## You" in text and "*(interrupted)*" in text
 
 
-def test_load_seeds_a_new_file_only_when_something_is_added(tmp_path: Path) -> None:
+def test_load_seeds_a_new_file_only_when_something_is_added(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path / "home"))
     chat, _ = f.session(tmp_path)
     chat.ask("one")
     saved = tmp_path / "saved.jsonl"
@@ -218,7 +220,7 @@ def test_load_seeds_a_new_file_only_when_something_is_added(tmp_path: Path) -> N
     other, _ = f.session(tmp_path / "b")
     other.load(saved)
     assert [t.user for t in other.conversation.turns] == ["one"]
-    assert not other.store.path.exists()
+    assert not other.store.started and other.store.path is None
     other.ask("two")
     assert [t.user for t in load_conversation(other.store.path).turns] == ["one", "two"]
     assert len(load_conversation(saved).turns) == 1  # the loaded file is left alone

@@ -50,7 +50,8 @@ def test_mirror_pull_assembles_verifies_and_caches(index: Path,
     assert path.read_bytes() == PAYLOAD
     assert _cache_listing(index) == ["fake.gguf", "fake.gguf.sha256"]  # no leftovers
     sidecar = (index / "models" / "fake.gguf.sha256").read_text()
-    assert sidecar == f"{hashlib.sha256(PAYLOAD).hexdigest()}  fake.gguf\n"
+    assert sidecar == (f"# size {len(PAYLOAD)}\n"
+                       f"{hashlib.sha256(PAYLOAD).hexdigest()}  fake.gguf\n")
     # Cached now: a second pull must not fetch anything.
     monkeypatch.setattr(mirror, "pip_download", _explode)
     assert pull("fake", quiet=True) == path

@@ -1,7 +1,7 @@
 """The engine on real GGUF logits: exact distribution, greedy equivalence, cache consistency.
 
 SmolLM2-135M is the target; a Q2_K requantization of it is a real draft that disagrees on a
-third of its choices (MODELS.md), which is what a test of partial acceptance needs.
+good share of its choices, which is what a test of partial acceptance needs.
 """
 
 from __future__ import annotations
@@ -18,8 +18,14 @@ from specchat.engine.events import Finished
 from specchat.engine.loop import generate
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.sampling import probs
-from specchat.llm import ChatTemplate, chat_tokens, load_model, requantize
-from specchat.llm.backend import LlamaModel
+from specchat.llm import ChatTemplate, chat_tokens
+
+# A missing llama-cpp-python build skips this file with a message instead of breaking the
+# collection of the whole suite.
+backend = pytest.importorskip("specchat.llm.backend",
+                              reason="llama-cpp-python is not installed (see backends/)")
+LlamaModel = backend.LlamaModel
+load_model, requantize = backend.load_model, backend.requantize
 
 pytestmark = pytest.mark.real
 

@@ -4,8 +4,8 @@ Models come through specchat's own pull code (tests/conftest.py) and load once p
 each test starts from an empty cache. Measured on the 2-core CI machine with
 llama-cpp-python 0.3.36: SmolLM2 (Q4_1) batch and single-step logits are bit-identical
 (max abs diff 0.0); Gemma-3 (Q4_K_M) batches of 8 or more tokens take another CPU kernel and
-differ by up to ~2.5 logits (argmax agreeing), so the Gemma check is the DESIGN.md one:
-where the argmax differs, the top two must be near a tie.
+differ by up to ~2.5 logits (argmax agreeing), so the Gemma check is the one of
+docs/exactness.md: where the argmax differs, the top two must be near a tie.
 """
 
 from __future__ import annotations

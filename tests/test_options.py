@@ -33,7 +33,7 @@ def test_text_values(name: str, text: str, value: object) -> None:
 @pytest.mark.parametrize(("name", "text", "message"), [
     ("temperature", "hot", "needs a number"), ("top_p", "3", "top_p must be in (0, 1]"),
     ("spec", "fast", "must be one of auto, draft, ngram, off"), ("ctx", "8", "0 or >= 16"),
-    ("seed", "-2", ">= -1"), ("plain", "maybe", "true or false"), ("port", "70000", "65535"),
+    ("seed", "-2", "seed must be >= 0, or -1 for a random seed"), ("plain", "maybe", "true or false"), ("port", "70000", "65535"),
 ])
 def test_bad_text_values_say_what_is_allowed(name: str, text: str, message: str) -> None:
     with pytest.raises(OptionError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -193,11 +194,11 @@ def test_present_preset_resolves_without_pulling(home: Path) -> None:
 def test_installed_wheel_finds_presets(tmp_path: Path) -> None:
     """Build specchat's wheel, install it in a fresh venv, and load the presets from there."""
     dist = tmp_path / "dist"
-    _build_wheel(dist)
+    _build_wheel(dist, tmp_path / "src")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-                   check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    _see_our_packages(python)
     wheel = next(dist.glob("specchat-*.whl"))
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps",
                     "--disable-pip-version-check", str(wheel)], check=True)
@@ -207,14 +208,34 @@ def test_installed_wheel_finds_presets(tmp_path: Path) -> None:
     env["XDG_CONFIG_HOME"] = str(tmp_path / "cfg")  # no user file: shipped presets only
     code = ("import specchat, specchat.models as m; print(specchat.__file__); "
             "print(sorted(m.load_presets()))")
-    done = subprocess.run([str(python), "-c", code], cwd=outside, env=env, check=True,
+    done = subprocess.run([str(python), "-c", code], cwd=outside, env=env,
                           capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
     where, names = done.stdout.splitlines()
     assert Path(where).resolve().is_relative_to(venv.resolve())  # not the checkout
     assert DEFAULT_TARGET in names and "smollm2-135m" in names
 
 
-def _build_wheel(dist: Path) -> None:
+def _see_our_packages(python: Path) -> None:
+    """Let the new venv import what this interpreter has (rich, typer, llama_cpp, ...).
+
+    `--system-site-packages` would give it the *base* interpreter's packages, which inside a
+    virtualenv are not ours. A .pth file appends our site-packages after the venv's own, so
+    the wheel installed there still wins over any checkout of specchat.
+    """
+    ours = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; "
+                              "print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    (Path(purelib) / "specchat-test-outer.pth").write_text("\n".join(ours) + "\n")
+
+
+def _build_wheel(dist: Path, scratch: Path) -> None:
+    """Build from a copy of the source tree: setuptools writes build/ and *.egg-info next to
+    the sources, and the checkout must stay clean."""
+    shutil.copytree(ROOT, scratch, ignore=shutil.ignore_patterns(
+        ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".benchmarks",
+        ".venv", "venv"))
     # Without build isolation when setuptools and wheel are at hand (offline, fast); else
     # let pip fetch the build requirements.
     try:
@@ -224,5 +245,5 @@ def _build_wheel(dist: Path) -> None:
     except ImportError:
         isolation = []
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--disable-pip-version-check", *isolation, "-w", str(dist), str(ROOT)],
+                    "--disable-pip-version-check", *isolation, "-w", str(dist), str(scratch)],
                    check=True)

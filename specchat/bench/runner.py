@@ -13,13 +13,13 @@ Fairness rules, because a 2-core machine shared with other work drifts by 10-20%
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from specchat.bench.prompts import BenchPrompt
 from specchat.bench.ttft import FirstToken, warm_first_token
-from specchat.engine.events import Chunk, Finished
+from specchat.engine.events import Chunk, Event, Finished, drain
 from specchat.engine.options import SPEC_MODES, GenerationOptions
 from specchat.engine.protocol import common_prefix
 from specchat.errors import UsageError
@@ -168,12 +168,13 @@ def _run_one(runtime: Runtime, prompt: BenchPrompt, tokens: list[int], mode: str
     _reset_caches(runtime)
     start = clock()
     first: float | None = None
-    finished: Finished | None = None
-    for event in _guarded(runtime.stream(tokens, options.with_values(spec=mode))):
-        if isinstance(event, Chunk) and first is None:
+
+    def on_chunk(chunk: Chunk) -> None:
+        nonlocal first
+        if first is None:
             first = clock()
-        elif isinstance(event, Finished):
-            finished = event
+
+    finished = drain(runtime.stream(tokens, options.with_values(spec=mode)), on_chunk)
     end = clock()
     if finished is None:
         raise RuntimeError(f"the engine ended {mode} run of {prompt.question_id} without "
@@ -217,17 +218,5 @@ def _reset_caches(runtime: Runtime) -> None:
         runtime.draft.truncate(0)
 
 
-def _guarded(events: Iterator[Any]) -> Iterator[Any]:
-    """Iterate, and close the engine's generator however we leave (its finally restores
-    the caches)."""
-    try:
-        yield from events
-    finally:
-        close = getattr(events, "close", None)
-        if close is not None:
-            close()
-
-
-def _consume(events: Iterator[Any]) -> None:
-    for _ in _guarded(events):
-        pass
+def _consume(events: Generator[Event, None, None]) -> None:
+    drain(events)

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specchat.bench.prompts import BenchPrompt
-from specchat.engine.events import Finished
+from specchat.engine.events import drain
 from specchat.engine.options import GenerationOptions
 from specchat.engine.stats import Stats
 from specchat.promptcache import PromptCache
@@ -54,16 +54,7 @@ def warm_first_token(runtime: Runtime, prompt: BenchPrompt, tokens: Sequence[int
         runtime.target.truncate(0)
         if runtime.draft is not None:
             runtime.draft.truncate(0)
-        events = runtime.stream(tokens, options.with_values(spec="off", max_tokens=1))
-        finished = None
-        try:
-            for event in events:
-                if isinstance(event, Finished):
-                    finished = event
-        finally:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()
+        finished = drain(runtime.stream(tokens, options.with_values(spec="off", max_tokens=1)))
     finally:
         runtime.prompt_cache = None
         cache.clear()  # one prompt's state at a time: the run's disk use stays small

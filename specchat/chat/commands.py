@@ -69,7 +69,8 @@ def _show(session: ChatSession, arg: str) -> None:
         f"cache holds {len(session.runtime.target.tokens)}"
         + (f"; {conv.start} oldest turns left out" if conv.start else ""),
         f"system    {conv.system or '(none)'}",
-        f"saved to  {session.store.path} ({len(conv.turns)} turns)",
+        f"saved to  {session.store.path or '(a new file, with the first turn)'} "
+        f"({len(conv.turns)} turns)",
         "options   " + settings.show_line(session),
     ]
     session.renderer.lines(lines + [f"note      {n}" for n in info.notes])
@@ -99,11 +100,17 @@ def _undo(session: ChatSession, arg: str) -> None:
     session.renderer.dim(f"removed the last turn ({preview!r})")
 
 
-def _save(session: ChatSession, arg: str) -> None:
+def _save(session: ChatSession, arg: str, *, overwrite: bool = False) -> None:
     name = arg.strip() or time.strftime("specchat-%Y%m%d-%H%M%S.jsonl")
     path = Path(name).expanduser()
-    session.save(path)
+    session.save(path, overwrite=overwrite)
     session.renderer.dim(f"saved {len(session.conversation.turns)} turns to {path}")
+
+
+def _save_over(session: ChatSession, arg: str) -> None:
+    if not arg.strip():
+        raise UsageError("/save! needs the file to replace: /save! FILE")
+    _save(session, arg, overwrite=True)
 
 
 def _load(session: ChatSession, arg: str) -> None:
@@ -177,7 +184,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("clear", "", "start a new conversation (keeps the system prompt)", _clear),
     Command("regen", "", "answer the last question again", _regen),
     Command("undo", "", "remove the last question and its answer", _undo),
-    Command("save", "[file]", "save a copy (.jsonl, or .md for a transcript)", _save),
+    Command("save", "[file]", "save a copy (.jsonl, or .md for a transcript); never "
+            "replaces a file", _save),
+    Command("save!", "<file>", "save a copy, replacing an existing file", _save_over),
     Command("save-settings", "[file]", "write the current settings to the config file "
             "(comments and profiles kept)", settings.save_command),
     Command("load", "<file>", "continue a saved conversation", _load),

@@ -25,6 +25,7 @@ from specchat import storage
 from specchat.chat.commands import COMMANDS, ExitChat, dispatch, is_command, lookup
 from specchat.chat.session import ChatSession
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError
+from specchat.storage import StorageError
 
 PROMPT = ">>> "
 CONTINUATION = "... "
@@ -66,7 +67,7 @@ class SlashCompleter(Completer):
         cmd = lookup(words[0])
         if cmd is None:
             return
-        if cmd.name in ("load", "save", "read", "save-settings"):
+        if cmd.name in ("load", "save", "save!", "read", "save-settings"):
             sub = Document(text.split(" ", 1)[1])
             yield from self.paths.get_completions(sub, complete_event)
             return
@@ -116,13 +117,11 @@ def make_prompt(chat: ChatSession, *, history_path: Path | None,
     history: History = InMemoryHistory()
     if history_path is not None:
         try:
-            # Private before the first line lands: FileHistory itself creates files 0644.
-            storage.append_bytes(history_path, b"")
-            storage.ensure_private(history_path)
-            history = FileHistory(str(history_path))
-        except (OSError, SpecchatError) as exc:
-            chat.renderer.note(f"input history not kept ({history_path}: "
-                               f"{getattr(exc, 'strerror', None) or exc})")
+            # prompt-toolkit appends with the umask's mode: the file must exist, private,
+            # before it first writes the user's lines there.
+            history = FileHistory(str(storage.ensure_file(history_path)))
+        except StorageError as exc:
+            chat.renderer.note(f"input history not kept ({exc})")
     return PromptSession(
         message=PROMPT, multiline=True, prompt_continuation=CONTINUATION,
         history=history, completer=SlashCompleter(chat), complete_while_typing=True,

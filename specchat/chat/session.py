@@ -16,11 +16,12 @@ from specchat.chat.conversation import Conversation, Turn
 from specchat.chat.render import Renderer
 from specchat.chat.store import Store, load_conversation, save_copy
 from specchat.chat.tally import Tally
-from specchat.engine.events import Chunk, Finished, Progress
+from specchat.engine.events import Finished, Progress, drain
 from specchat.engine.options import GenerationOptions, OptionError
 from specchat.engine.protocol import ContextFullError
 from specchat.errors import SpecchatError, UsageError
 from specchat.runtime import Runtime
+from specchat.storage import StorageError
 
 
 @dataclass
@@ -86,22 +87,12 @@ class ChatSession:
         with self.renderer.answer() as view:
             shown.append(view)
             try:
-                for event in events:
-                    if isinstance(event, Chunk):
-                        view.chunk(event)
-                    elif isinstance(event, Finished):
-                        finished = event
+                finished = drain(events, view.chunk)
             except KeyboardInterrupt:
                 interrupted = True
             except ContextFullError as exc:
                 self.renderer.error(f"context full ({exc}): /clear, /undo, or raise --ctx")
                 return None
-            finally:
-                # Closing runs the engine's cleanup, which leaves the KV caches consistent
-                # (a no-op when the generator already finished or raised).
-                close = getattr(events, "close", None)
-                if close is not None:
-                    close()
             turn = self._commit(text, view.text, finished, interrupted, view, files)
             view.finish(finished, interrupted)
         return turn
@@ -119,7 +110,7 @@ class ChatSession:
                     attachments=files)
         self.pending = []  # sent: the files now live in the turn
         self.conversation.add(turn)
-        self.store.append({"type": "turn", **turn.to_dict()})
+        self.record({"type": "turn", **turn.to_dict()})
         if stats is not None:
             self.tally.add(stats, interrupted)
         return turn
@@ -128,7 +119,7 @@ class ChatSession:
         last = self.conversation.undo()
         if last is None:
             raise UsageError("nothing to regenerate yet")
-        self.store.append({"type": "undo"})
+        self.record({"type": "undo"})
         if self.options.sampling.greedy:
             self.renderer.dim("temperature is 0, so the answer will be the same "
                               "(/set temperature 0.7 for a different one)")
@@ -138,7 +129,7 @@ class ChatSession:
         last = self.conversation.undo()
         if last is None:
             raise UsageError("nothing to undo")
-        self.store.append({"type": "undo"})
+        self.record({"type": "undo"})
         return last
 
     # --- state ------------------------------------------------------------------------
@@ -152,7 +143,19 @@ class ChatSession:
 
     def set_system(self, text: str) -> None:
         self.conversation.system = text
-        self.store.append({"type": "system", "text": text})
+        self.record({"type": "system", "text": text})
+
+    def record(self, record: dict[str, Any]) -> None:
+        """Append to the conversation file; a failure is said at once and the chat goes on.
+
+        The record stays pending in the store (and the turn in memory), so it is written with
+        the next record once there is space again, and /save can keep it elsewhere now.
+        """
+        try:
+            self.store.append(record)
+        except StorageError as exc:
+            self.renderer.error(f"not saved: {exc} (the chat goes on; /save FILE keeps it "
+                                "elsewhere)")
 
     def load(self, path: Path) -> None:
         """Continue from a saved file; new turns go to a new file, the loaded one stays."""
@@ -161,11 +164,8 @@ class ChatSession:
         self.store = Store(meta={**self.store.meta, "loaded_from": str(path)})
         self.store.seed(conversation)
 
-    def save(self, path: Path) -> None:
-        try:
-            save_copy(self.conversation, path)
-        except OSError as exc:
-            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    def save(self, path: Path, *, overwrite: bool = False) -> None:
+        save_copy(self.conversation, path, overwrite=overwrite)
 
     def set_options(self, **values: Any) -> GenerationOptions:
         """Validated through GenerationOptions and the runtime (a mode it cannot honour)."""

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specchat import storage
 from specchat.chat.conversation import Conversation
 from specchat.errors import UsageError
 
@@ -43,7 +45,8 @@ def history_file() -> Path:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """All complete records of a file; a torn or garbled line (a crash mid-write) is skipped."""
+    """All complete records of a file; a torn or garbled line (a crash mid-write) is skipped
+    and named on stderr, so a damaged file is noticed without losing the rest of it."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -51,15 +54,25 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     records: list[dict[str, Any]] = []
-    for line in raw.splitlines():
+    skipped: list[int] = []
+    for number, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
         try:
             record = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            continue
+            record = None
         if isinstance(record, dict):
             records.append(record)
+        else:
+            skipped.append(number)
     if raw.strip() and not records:
         raise UsageError(f"{path} is not a specchat conversation (JSON Lines) file")
+    if skipped:
+        where = ", ".join(str(n) for n in skipped[:5]) + (", ..." if len(skipped) > 5 else "")
+        print(f"specchat: note: {path}: skipped {len(skipped)} damaged line"
+              f"{'s' if len(skipped) > 1 else ''} (line {where}; a crash mid-write?)",
+              file=sys.stderr)
     return records
 
 
@@ -68,36 +81,37 @@ def load_conversation(path: Path) -> Conversation:
 
 
 class Store:
-    """The file one chat session appends to; created on the first record, not before.
+    """The file one chat session appends to; created with its first record, not before.
 
     Creating it lazily keeps `history` free of empty conversations from sessions in which
-    nothing was asked.
+    nothing was asked; creating it exclusively (storage.create_unique) keeps two sessions
+    started in the same second apart. Records that could not be written (a full disk) stay
+    pending and go with the next append that succeeds.
     """
 
     def __init__(self, path: Path | None = None, meta: dict[str, Any] | None = None) -> None:
-        self.path = path or new_path()
+        self.path = path
         self.meta = meta or {}
         self._pending: list[dict[str, Any]] = []
 
+    @property
+    def started(self) -> bool:
+        """Whether this session's file holds at least one record."""
+        return self.path is not None and has_records(self.path)
+
     def append(self, record: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lines = []
-        created = not self.path.exists()
-        if created or self.path.stat().st_size == 0:
-            lines.append({"type": "meta", "format": FORMAT, "version": VERSION,
-                          "created": _now(), **self.meta})
-        lines += [*self._pending, {**record, "time": _now()}]
-        self._pending = []
+        """Write `record` (and any pending ones) durably, or raise StorageError and keep them."""
+        self._pending.append({**record, "time": _now()})
+        if self.path is None:
+            self.path = storage.create_unique(conversations_dir(),
+                                              time.strftime("%Y%m%d-%H%M%S"), ".jsonl")
+        lines = list(self._pending)
+        if not has_records(self.path):
+            lines.insert(0, {"type": "meta", "format": FORMAT, "version": VERSION,
+                             "created": _now(), **self.meta})
         data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines)
-        # One write of whole lines, then fsync: the line is either there or (torn) skipped.
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, data.encode("utf-8"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            _fsync_dir(self.path.parent)  # the new file's name must survive a crash too
+        storage.append_bytes(self.path, data.encode("utf-8"))
+        self._pending = []
 
     def seed(self, conversation: Conversation) -> None:
         """Start this file from an existing state (after /load or /clear).
@@ -107,23 +121,26 @@ class Store:
         self._pending = conversation.to_records()
 
 
-def new_path() -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = conversations_dir()
-    path = base / f"{stamp}.jsonl"
-    n = 1
-    while path.exists():
-        n += 1
-        path = base / f"{stamp}-{n}.jsonl"
-    return path
+def has_records(path: Path) -> bool:
+    """True when `path` holds at least one complete record (a 0-byte file holds none)."""
+    try:
+        with path.open("rb") as handle:
+            first = handle.readline()
+    except OSError:
+        return False
+    try:
+        return isinstance(json.loads(first), dict)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
 
 
 def conversation_files() -> list[Path]:
-    """Saved conversations, most recently written first."""
+    """Saved conversations, most recently written first; files without a complete record
+    (created but never written, or emptied by a full disk) are not conversations."""
     base = conversations_dir()
     if not base.is_dir():
         return []
-    files = [p for p in base.glob("*.jsonl") if p.is_file()]
+    files = [p for p in base.glob("*.jsonl") if p.is_file() and has_records(p)]
     return sorted(files, key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
 
 
@@ -132,18 +149,22 @@ def latest_file() -> Path | None:
     return files[0] if files else None
 
 
-def save_copy(conversation: Conversation, path: Path) -> None:
-    """/save: a compact snapshot (JSON Lines), or a readable transcript when it ends in .md."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def save_copy(conversation: Conversation, path: Path, *, overwrite: bool = False) -> None:
+    """/save: a compact snapshot (JSON Lines), or a readable transcript when it ends in .md.
+
+    Private and atomic; an existing file is replaced only with overwrite=True (/save!).
+    """
     if path.suffix.lower() in (".md", ".markdown"):
         text = transcript(conversation)
     else:
         records = [{"type": "meta", "format": FORMAT, "version": VERSION, "created": _now()},
                    *conversation.to_records()]
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)  # a reader never sees half a file
+    try:
+        storage.atomic_write(path, text, overwrite=overwrite)
+    except FileExistsError:
+        raise UsageError(f"{path} exists: /save! {path} replaces it, or pick another "
+                         "name") from None
 
 
 def transcript(conversation: Conversation) -> str:
@@ -178,19 +199,6 @@ def summaries(limit: int | None = None) -> Iterator[Summary]:
         first = conv.turns[0].user if conv.turns else ""
         yield Summary(path=path, modified=path.stat().st_mtime, turns=len(conv.turns),
                       first=" ".join(first.split()), model=str(meta.get("model", "")))
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems refuse fsync on directories; the data itself is synced
-    finally:
-        os.close(fd)
 
 
 def _now() -> str:

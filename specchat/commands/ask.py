@@ -11,10 +11,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from specchat import output
 from specchat.chat.attach import Attachment, compose, measure, read_files
 from specchat.commands import common as c
 from specchat.config import Settings
-from specchat.engine.events import Chunk, Finished
+from specchat.engine.events import Chunk, Finished, drain
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, UsageError
 from specchat.optflags import with_options
@@ -33,7 +34,8 @@ def ask(
     prompt: Annotated[Optional[list[str]], typer.Argument(help="The prompt; stdin is read "
                       "first when it is not a terminal.", show_default=False)] = None,
     raw: Annotated[bool, typer.Option("--raw", help="Send the text verbatim as a completion "
-                   "prompt, without the chat template.")] = False,
+                   "prompt, without the chat template; special-token text in it (e.g. "
+                   "<|im_start|>) becomes those tokens.")] = False,
     stats: Annotated[bool, typer.Option("--stats", help="Print a one-line summary to stderr "
                      "at the end.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, "
@@ -57,7 +59,7 @@ def ask(
     if json_out:
         out = answer_json(runtime, finished)
         out["attachments"] = [{"name": a.name, "tokens": n} for a, n in zip(attached, counts)]
-        print(json.dumps(out, ensure_ascii=False))
+        output.write(json.dumps(out, ensure_ascii=False) + "\n")
     if stats:
         print(summary_line(finished.stats, finished.reason), file=sys.stderr)
         if attached:
@@ -111,28 +113,26 @@ def stream_answer(runtime: Runtime, tokens: list[int], options: GenerationOption
                   echo: bool) -> Finished | None:
     """Stream chunks to stdout; None when Ctrl-C stopped the answer (or its prefill)."""
     progress = PrefillProgress(enabled=None if echo else False)
-    events = runtime.stream(tokens, options, progress=progress)
-    finished: Finished | None = None
     started = False
+
+    def write(chunk: Chunk) -> None:
+        nonlocal started
+        progress.clear()
+        if echo and chunk.text:
+            started = True
+            output.write(chunk.text)
+
     try:
-        for event in events:
-            progress.clear()
-            if isinstance(event, Chunk) and echo and event.text:
-                started = True
-                sys.stdout.write(event.text)
-                sys.stdout.flush()
-            elif isinstance(event, Finished):
-                finished = event
+        finished = drain(runtime.stream(tokens, options, progress=progress), write)
+        progress.clear()
     except KeyboardInterrupt:
-        events.close()
         progress.clear()
         if echo and started:
-            sys.stdout.write("\n")
+            output.write("\n")
         print("specchat: interrupted", file=sys.stderr)
         return None
     if echo and finished is not None and not finished.text.endswith("\n"):
-        sys.stdout.write("\n")
-    sys.stdout.flush()
+        output.write("\n")
     return finished
 
 

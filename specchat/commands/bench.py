@@ -26,6 +26,7 @@ from rich.progress import (
 )
 
 from specchat.bench import prompts as bp
+from specchat import output, storage
 from specchat.bench import ttft
 from specchat.bench.report import print_calibration, render, summarize, to_json
 from specchat.bench.runner import BenchResult, Step, parse_modes, run_bench
@@ -186,10 +187,9 @@ def _report(result: BenchResult, modes: list[str], settings: dict[str, Any],
         return
     document = json.dumps(to_json(result, modes, settings), ensure_ascii=False, indent=1)
     if to_stdout:
-        print(document)
+        output.write(document + "\n")
         return
-    try:
-        Path(json_file).write_text(document + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise SpecchatError(f"cannot write {json_file}: {exc.strerror}") from None
+    # Asked for by name, so an existing file is replaced; private, since it holds the
+    # prompts and the answers. A failure is a StorageError: one line.
+    storage.atomic_write(Path(json_file), document + "\n")
     print(f"specchat: wrote {json_file}", file=sys.stderr)

@@ -11,6 +11,7 @@ from typing import Annotated, Optional, TextIO
 import typer
 from prompt_toolkit.output import Output, create_output
 
+from specchat import storage
 from specchat.chat import repl
 from specchat.chat.attach import Attachment, measure, read_files
 from specchat.chat.conversation import Conversation
@@ -23,6 +24,7 @@ from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
 from specchat.optflags import with_options
 from specchat.runtime import Runtime, open_runtime
+from specchat.storage import StorageError
 
 def register(app: typer.Typer) -> None:
     app.command("chat", help="Chat in the terminal (piped stdin: answer it once and exit).")(
@@ -59,15 +61,14 @@ def chat(
             apply_system(session, settings["system"])
             attach(session, attached)
             code = one_shot(session, question) if piped else interactive(session)
-    except (SpecchatError, KeyboardInterrupt, typer.Exit):
+    except (SpecchatError, KeyboardInterrupt, typer.Exit, BrokenPipeError):
         raise
     except Exception as exc:  # keep tracebacks out of the terminal; --verbose logs them
         errors.record(exc)
         raise SpecchatError(f"{type(exc).__name__}: {exc} ({errors.hint()})") from None
     if code:
-        # SystemExit, not typer.Exit: cli.main reports a returned 130 as "error: interrupted",
-        # and leaving the chat with Ctrl-C is a choice, not an error (the interrupted
-        # one-shot answer has already said so).
+        # Leaving the chat with Ctrl-C is a choice, not an error, and an interrupted one-shot
+        # answer has already said so: exit with the code and no further message.
         sys.exit(code)
 
 
@@ -115,7 +116,7 @@ def apply_system(session: ChatSession, system: str | None) -> None:
     """--system replaces the conversation's; recorded only when it changes something."""
     if system is None or system == session.conversation.system:
         return
-    if session.store.path.exists():
+    if session.store.started:
         session.set_system(system)
     else:
         session.conversation.system = system
@@ -148,12 +149,13 @@ def _prompt_output() -> Output:
 
 
 def open_error_log() -> ErrorLog:
-    path = state_dir() / "logs" / time.strftime("specchat-%Y%m%d-%H%M%S.log")
+    logs = state_dir() / "logs"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # Created private and exclusive first: logging would create it with the umask's mode.
+        path = storage.create_unique(logs, time.strftime("specchat-%Y%m%d-%H%M%S"), ".log")
         handler = logging.FileHandler(path, encoding="utf-8")
-    except OSError as exc:
-        print(f"specchat: cannot open a log file at {path}: {exc.strerror}", file=sys.stderr)
+    except (OSError, StorageError) as exc:
+        print(f"specchat: cannot open a log file in {logs}: {exc}", file=sys.stderr)
         return ErrorLog()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     # A logger of its own per log file: a second session in one process never writes twice.

@@ -34,6 +34,8 @@ def history(
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
+    if limit < 1:
+        raise UsageError(f"history --limit {limit}: give at least 1 (how many to list)")
     rows = list(summaries(limit))
     if not rows:
         print("no saved conversations yet", file=sys.stderr)

@@ -1,7 +1,7 @@
 """`specchat models` (list presets and what is cached) and `specchat pull NAME...`.
 
-Per DESIGN.md, stdout carries the answer only: the table (or JSON) for `models`, the paths of
-the pulled files for `pull`. Progress and notes go to stderr.
+As everywhere in specchat, stdout carries the answer only: the table (or JSON) for `models`,
+the paths of the pulled files for `pull`. Progress and notes go to stderr.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from specchat.engine.cost import (
 )
 from specchat.engine.drafters import EMPTY_DRAFT, Draft, DraftModelDrafter, PromptLookupDrafter
 
-# Ratios of a CPU verify batch to one step (PHYSICS.md, Qwen 1.5B on 2 cores): a cautious
+# Ratios of a CPU verify batch to one step (docs/costs.md, Qwen 1.5B on 2 cores): a cautious
 # starting point when nothing was measured; real runs calibrate at load.
 CPU_RATIOS = (1.0, 1.74, 2.39, 3.12, 3.58, 3.80, 4.8, 5.88, 6.0, 6.2, 6.4, 6.6, 6.8, 6.9,
               7.0, 7.16, 7.5)
@@ -41,7 +41,7 @@ NO_DRAFT_YET, LAST_FULL, LAST_FAILED = 0, 1, 2
 STREAK_PRIOR_SHIFT = {NO_DRAFT_YET: 0.0, LAST_FULL: 0.15, LAST_FAILED: -0.2}
 ANSWER_FADE = 0.5
 OPTIMISM = 0.5  # how much an uncertain estimate is given the benefit of the doubt
-BEST_DRAFT_ACCEPTANCE = 0.95  # above what same-family draft models reach (PHYSICS.md: 92%)
+BEST_DRAFT_ACCEPTANCE = 0.95  # above what the 0.5B draft reached here (docs/costs.md: 79%)
 MAX_MATCH_EXTENSION = 32  # how far back a match is followed to measure its real length
 
 

@@ -37,8 +37,8 @@ class FixedK:
 
 class AdaptiveK:
     """Double k after a fully accepted draft (up to k_max), drop to accepted + 1 after a
-    rejection. Measured on the 2-core CPUs (PHYSICS.md) this was the only prompt-lookup
-    setting that did not lose overall: long drafts when copying, short ones otherwise."""
+    rejection: long drafts while copying, short ones otherwise, since on CPUs every rejected
+    token costs most of a step (docs/costs.md)."""
 
     def __init__(self, k_max: int, k_start: int = 4) -> None:
         self.k_max = max(0, k_max)

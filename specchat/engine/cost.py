@@ -1,7 +1,7 @@
 """What a step costs and what it is expected to yield: the maths behind `auto`.
 
-On a GPU a verify batch of 5 costs about one step; on a 2-core CPU it costs about 3.5 (see
-PHYSICS.md). So whether drafting pays is a property of the machine, the model and the text,
+On a GPU a verify batch of 5 costs about one step; on a 2-core CPU it costs about 3.6 (see
+docs/costs.md). So whether drafting pays is a property of the machine, the model and the text,
 and `auto` decides it per step from measured costs and observed acceptance:
 
     expected tokens of a k-token draft  E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 from specchat.engine.stats import Stats
@@ -46,3 +47,43 @@ class Progress:
 
 
 Event = Chunk | Finished
+
+
+def follow(events: Generator[Event, None, None]) -> Generator[Chunk, None, Finished | None]:
+    """The chunks of an answer stream; its Finished event is the generator's return value.
+
+    The one loop every consumer (ask, chat, bench, a server) drains the engine with. However
+    the consumer leaves (the end, Ctrl-C, an error of its own, closing this generator), the
+    engine's stream is closed here and now, so its cleanup restores the KV caches while the
+    models are still open, not later when the garbage collector gets to it.
+    """
+    finished: Finished | None = None
+    try:
+        for event in events:
+            if isinstance(event, Chunk):
+                yield event
+            else:
+                finished = event
+    finally:
+        events.close()
+    return finished
+
+
+def drain(events: Generator[Event, None, None],
+          on_chunk: Callable[[Chunk], None] | None = None) -> Finished | None:
+    """Run an answer stream to its end, handing each chunk to `on_chunk`; its Finished event.
+
+    None when the stream ended without one. Exceptions (Ctrl-C included) propagate after the
+    stream was closed.
+    """
+    stream = follow(events)
+    try:
+        while True:
+            chunk = next(stream)
+            if on_chunk is not None:
+                on_chunk(chunk)
+    except StopIteration as stop:
+        result: Finished | None = stop.value
+        return result
+    finally:
+        stream.close()

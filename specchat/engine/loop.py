@@ -99,7 +99,7 @@ def make_drafter(options: GenerationOptions, target: LogitsModel,
 
 def make_controller(options: GenerationOptions) -> DraftController:
     """`draft` and `ngram` adapt k up to draft_max: a fixed long draft loses badly on CPUs
-    whenever the text stops being predictable (PHYSICS.md); `auto` replaces this."""
+    whenever the text stops being predictable (docs/costs.md); `auto` replaces this."""
     if options.spec == "off":
         return FixedK(0)
     return AdaptiveK(options.draft_max)

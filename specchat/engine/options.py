@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-SpecMode = Literal["auto", "draft", "ngram", "off"]
 SPEC_MODES: tuple[str, ...] = ("auto", "draft", "ngram", "off")
+
+
+RANDOM_SEED = -1  # --seed -1: a fresh random seed (the same as no seed)
 
 
 class OptionError(ValueError):
@@ -24,7 +26,7 @@ class SamplingOptions:
     min_p: float = 0.0
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
-    seed: int | None = None
+    seed: int | None = None  # None (or -1 on the way in): random
 
     def __post_init__(self) -> None:
         _check(self.temperature >= 0, "temperature must be >= 0 (0 is greedy)")
@@ -33,6 +35,11 @@ class SamplingOptions:
         _check(0 <= self.min_p < 1, "min_p must be in [0, 1)")
         _check(self.repeat_penalty > 0, "repeat_penalty must be > 0 (1 turns it off)")
         _check(self.repeat_last_n >= 0, "repeat_last_n must be >= 0")
+        _check(self.seed is None or self.seed >= RANDOM_SEED,
+               f"seed must be >= 0, or {RANDOM_SEED} for a random seed")
+        if self.seed == RANDOM_SEED:
+            # llama.cpp's convention, so scripts written for it keep working: -1 is random.
+            object.__setattr__(self, "seed", None)
 
     @property
     def greedy(self) -> bool:
@@ -49,7 +56,8 @@ class GenerationOptions:
     spec: str = "auto"
     draft_max: int = 16
     # Prompt lookup drafts only from an earlier n-gram match at least this long: 1-token
-    # matches are mostly noise and lose on slow CPUs (PHYSICS.md). `auto` uses at least 3.
+    # matches are mostly noise, and a rejected draft costs most of a step on CPUs
+    # (docs/costs.md). `auto` uses at least 3.
     draft_min_match: int = 2
 
     def __post_init__(self) -> None:

@@ -50,13 +50,6 @@ def repeat_penalty(logits: np.ndarray, recent: Sequence[int], penalty: float) ->
     return out
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Probabilities in float64; -inf entries get exactly 0."""
-    x = np.asarray(logits, dtype=np.float64)
-    w = np.exp(x - x.max())
-    return w / w.sum()
-
-
 def _scratch(n: int, slot: int) -> np.ndarray:
     """A reused float64 work row: fresh 1.2 MB arrays per row cost page faults that, on the
     small VMs specchat targets, outweigh the arithmetic."""

@@ -77,9 +77,16 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
     if n_gpu_layers is None:
         n_gpu_layers = -1 if gpu_offload_supported() else 0
     params.n_gpu_layers = n_gpu_layers  # negative: all layers
-    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-    if _LOG.interrupted and model:
-        llama_cpp.llama_model_free(model)
+    # Ctrl-C aborts the load at once through its progress callback (exit 130 upstream),
+    # instead of being swallowed by a ctypes callback with a traceback.
+    keep_going = llama_cpp.llama_progress_callback(lambda _p, _d: not _ABORT.interrupted)
+    params.progress_callback = keep_going  # referenced until the call returns
+    with _ABORT.armed():
+        model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if model and (_ABORT.interrupted or _LOG.interrupted):
+            llama_cpp.llama_model_free(model)
+            model = None
+    _ABORT.raise_pending_interrupt()
     _LOG.raise_pending_interrupt()
     if not model:
         raise ModelError(f"llama.cpp could not load {path}: {log_reason(_LOG.errors)}")
@@ -102,9 +109,12 @@ def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int) -> Any:
         # Sliding-window models (Gemma 3) must keep every position, or a rollback could need
         # cells the window already dropped.
         params.swa_full = True
-    ctx = llama_cpp.llama_init_from_model(model, params)
-    if _LOG.interrupted and ctx:
-        llama_cpp.llama_free(ctx)
+    with _ABORT.armed():
+        ctx = llama_cpp.llama_init_from_model(model, params)
+        if ctx and (_ABORT.interrupted or _LOG.interrupted):
+            llama_cpp.llama_free(ctx)
+            ctx = None
+    _ABORT.raise_pending_interrupt()
     _LOG.raise_pending_interrupt()
     if not ctx:
         raise ModelError(f"llama.cpp could not create a {n_ctx}-token context: "

@@ -10,6 +10,7 @@ lstrip_blocks, loop controls, a `tojson` that keeps non-ASCII, `raise_exception`
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
@@ -152,21 +153,84 @@ class ChatTemplate:
         except jinja2.TemplateError as exc:  # includes sandbox SecurityError
             raise ModelError(f"the chat template failed: {type(exc).__name__}: {exc}") from None
 
+    def split(self, messages: Sequence[Mapping[str, str]]) -> tuple[list[str], list[str]]:
+        """The rendering as markup pieces around the message contents, in order.
+
+        `"".join(markup[i] + contents[i])` plus the last markup piece is render(messages).
+        Found by rendering once with a unique placeholder per content: what surrounds the
+        placeholders is the template's markup. A template that changes a content (Gemma
+        trims it) gets the changed text, matched against the real rendering.
+        """
+        nonce = secrets.token_hex(8)
+        marks = [f"\ue000specchat-{nonce}-{i}\ue001" for i in range(len(messages))]
+        shaped = [{**m, "content": mark} for m, mark in zip(messages, marks, strict=True)]
+        text = self.render(shaped)
+        pieces: list[str] = []
+        used: list[int] = []
+        for i, mark in enumerate(marks):
+            if text.count(mark) != 1:
+                continue  # the template left this content out (or printed it twice)
+            before, text = text.split(mark)
+            pieces.append(before)
+            used.append(i)
+        pieces.append(text)
+        real = self.render(messages)
+        contents = _shaped_contents(pieces, [messages[i]["content"] for i in used], real)
+        return pieces, contents
+
 
 def chat_tokens(model: TemplateModel, template: ChatTemplate,
                 messages: Sequence[Mapping[str, str]]) -> list[int]:
     """Render and tokenize a conversation, ready to evaluate.
 
-    Special-token text in the template (<|im_start|>, <start_of_turn>) becomes the special
-    tokens. BOS is added only when the model wants one and the template did not already
-    print it: many templates start with {{ bos_token }}, and a doubled BOS degrades answers.
+    Only the template's own markup (<|im_start|>, <start_of_turn>) becomes special tokens:
+    message contents are the user's words or a pasted file, and `<|im_end|><|im_start|>system`
+    inside them must stay text, or a document could forge a system turn. BOS is added only
+    when the model wants one and the template did not already print it: many templates start
+    with {{ bos_token }}, and a doubled BOS degrades answers.
     """
-    text = template.render(messages, add_generation_prompt=True)
-    tokens = model.tokenize(text, add_special=False, parse_special=True)
+    markup, contents = template.split(messages)
+    if not any(_has_special(model, text) for text in contents):
+        # The same tokens as the whole text with specials parsed: llama.cpp splits it at
+        # special tokens, which now can only come from the markup.
+        text = "".join(m + c for m, c in zip(markup, [*contents, ""], strict=True))
+        tokens = model.tokenize(text, add_special=False, parse_special=True)
+    else:
+        tokens = []
+        for mark, content in zip(markup, [*contents, None], strict=True):
+            tokens += model.tokenize(mark, add_special=False, parse_special=True) if mark else []
+            if content:
+                tokens += model.tokenize(content, add_special=False, parse_special=False)
     bos = model.bos_token
     if model.add_bos and bos is not None and (not tokens or tokens[0] != bos):
         tokens.insert(0, bos)
     return tokens
+
+
+def _has_special(model: TemplateModel, text: str) -> bool:
+    """Whether llama.cpp would read a special token somewhere in `text`."""
+    return (model.tokenize(text, add_special=False, parse_special=True)
+            != model.tokenize(text, add_special=False, parse_special=False))
+
+
+def _shaped_contents(pieces: list[str], contents: list[str], real: str) -> list[str]:
+    """Each content as the template printed it (as is, or trimmed), so that the pieces and
+    contents join to the real rendering; as given when no such reading exists."""
+    shaped: list[str] = []
+    rest = real
+    for piece, content in zip(pieces, contents, strict=False):
+        if not rest.startswith(piece):
+            return contents
+        rest = rest[len(piece):]
+        nxt = pieces[len(shaped) + 1]
+        for candidate in (content, content.strip(), content.rstrip(), content.lstrip()):
+            if rest.startswith(candidate + nxt):
+                shaped.append(candidate)
+                rest = rest[len(candidate):]
+                break
+        else:
+            return contents
+    return shaped if rest == pieces[-1] else contents
 
 
 def _model_name(model: TemplateModel) -> str:

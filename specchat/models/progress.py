@@ -1,7 +1,7 @@
 """Progress of a mirror download, on stderr: a live rich bar in a terminal, plain lines if not.
 
-stdout is reserved for answers (DESIGN.md), and a live bar written into a log file or a pipe is
-noise, so a non-terminal stderr gets one line per part instead.
+stdout is reserved for answers, and a live bar written into a log file or a pipe is noise, so
+a non-terminal stderr gets one line per part instead.
 """
 
 from __future__ import annotations

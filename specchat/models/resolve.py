@@ -30,6 +30,11 @@ def resolve_model(spec: str, *, pull: bool = True, quiet: bool = False) -> Path:
     if store.is_present(preset):
         return store.model_path(preset)
     if not pull:
+        path = store.model_path(preset)
+        if path.is_file():
+            raise ModelError(f"model file {path} is incomplete ({path.stat().st_size} bytes, "
+                             f"expected {store.expected_size(preset)}): run `specchat pull "
+                             f"{spec}` to fetch it again")
         raise ModelError(f"model '{spec}' is not downloaded yet; run `specchat pull {spec}`")
     return pull_preset(preset, quiet=quiet)
 

@@ -5,10 +5,11 @@ A file only ever appears under its final name through os.replace() after it was 
 start with a dot and carry the downloader's pid, so nothing half-written can look finished, and
 leftovers of a killed process can be recognised and removed by the next pull.
 
-Next to a verified file we write `<file>.sha256` in `sha256sum` format. Why: hashing a 1 GB file
-on every start costs seconds, so a cached file is trusted by its size; a hub file's size is not
-known in advance, so the sidecar is what says "this was downloaded and verified"; and a user can
-re-check any file with `sha256sum -c` in the cache directory.
+Next to a verified file we write `<file>.sha256` in `sha256sum` format, with the verified size
+on a `#` line. Why: hashing a 1 GB file on every start costs seconds, so a cached file is
+trusted by its size, checked on every start; a hub file's size is not known in advance, so the
+sidecar records the size that was verified; and a user can re-check any file with
+`sha256sum -c` in the cache directory.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import shutil
 from pathlib import Path
 
+from specchat import storage
 from specchat.llm.helpers import check_gguf_file
 from specchat.models.presets import Preset
 
@@ -46,34 +48,65 @@ def sidecar_path(path: Path) -> Path:
 
 
 def is_present(preset: Preset) -> bool:
-    """True when the preset's file is complete: verified by a pull, or of the expected size."""
+    """True when the preset's file is complete: of the size its verified pull recorded, else
+    of the preset's size. A stat per start, so a truncated file is never loaded."""
     path = model_path(preset)
     try:
         size = path.stat().st_size
     except OSError:
         return False
-    return path.is_file() and (size == preset.size or sidecar_path(path).is_file())
+    if not path.is_file():
+        return False
+    recorded = recorded_size(path)
+    if recorded is not None:
+        return size == recorded
+    if size == preset.size:
+        return True
+    return _upgrade_old_sidecar(path, size)
+
+
+def expected_size(preset: Preset) -> int:
+    """The size the preset's cached file must have (what its verified pull recorded)."""
+    return recorded_size(model_path(preset)) or preset.size
+
+
+def _upgrade_old_sidecar(path: Path, size: int) -> bool:
+    """A sidecar from before sizes were recorded: hash the file once, record its size if it
+    matches (a hub file need not have the preset's size), else it does not count."""
+    sha256 = recorded_sha256(path)
+    if sha256 is None or sha256_file(path) != sha256:
+        return False
+    write_sidecar(path, sha256)
+    return True
+
+
+def _sidecar_lines(path: Path) -> list[str]:
+    try:
+        return sidecar_path(path).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
 
 
 def recorded_sha256(path: Path) -> str | None:
     """The checksum the last verified pull recorded for `path`, if any."""
-    try:
-        line = sidecar_path(path).read_text(encoding="utf-8").split()
-    except OSError:
-        return None
-    return line[0] if line else None
+    lines = [ln.split() for ln in _sidecar_lines(path) if ln.strip() and not ln.startswith("#")]
+    return lines[0][0] if lines else None
+
+
+def recorded_size(path: Path) -> int | None:
+    """The size the last verified pull recorded for `path` (None for older sidecars)."""
+    for line in _sidecar_lines(path):
+        words = line.split()
+        if words[:2] == ["#", "size"] and len(words) == 3 and words[2].isdigit():
+            return int(words[2])
+    return None
 
 
 def write_sidecar(path: Path, sha256: str) -> None:
-    """Record the verified checksum; written via a temp name so it is never half a line."""
-    side = sidecar_path(path)
-    temp = side.with_name(f".{side.name}.{os.getpid()}.partial")
-    temp.write_text(f"{sha256}  {path.name}\n", encoding="utf-8")
-    os.replace(temp, side)
-
-
-def remove_sidecar(path: Path) -> None:
-    sidecar_path(path).unlink(missing_ok=True)
+    """Record the verified checksum (`sha256sum -c` format) and size (a `#` line, which
+    sha256sum skips), atomically, so it is never half a line."""
+    text = f"# size {path.stat().st_size}\n{sha256}  {path.name}\n"
+    storage.atomic_write(sidecar_path(path), text, private=False)
 
 
 def temp_path(final: Path, suffix: str) -> Path:
