@@ -36,7 +36,7 @@ def ask(
     repeat_penalty: c.RepeatPenalty = S.repeat_penalty,
     repeat_last_n: c.RepeatLastN = S.repeat_last_n, seed: c.Seed = None,
     max_tokens: c.MaxTokens = D.max_tokens, stop: c.Stop = None, ctx: c.Ctx = 4096,
-    n_gpu_layers: c.GpuLayers = None, threads: c.Threads = None,
+    n_gpu_layers: c.GpuLayers = "auto", threads: c.Threads = None,
     raw: Annotated[bool, typer.Option("--raw", help="Send the text verbatim as a completion "
                    "prompt, without the chat template.")] = False,
     stats: Annotated[bool, typer.Option("--stats", help="Print a one-line summary to stderr "

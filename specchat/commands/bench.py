@@ -69,7 +69,7 @@ def bench(
         "--calibrate", help="Measure and print what a verify batch costs here (and the "
         "break-even acceptance), then exit.")] = False,
     model: c.Model = None, draft: c.Draft = None, ctx: c.Ctx = 4096,
-    n_gpu_layers: c.GpuLayers = None, threads: c.Threads = None, verbose: c.Verbose = False,
+    n_gpu_layers: c.GpuLayers = "auto", threads: c.Threads = None, verbose: c.Verbose = False,
 ) -> None:
     options = c.generation_options(
         temperature=temperature, top_k=D.sampling.top_k, top_p=D.sampling.top_p,

@@ -44,7 +44,7 @@ def chat(
     repeat_penalty: c.RepeatPenalty = S.repeat_penalty,
     repeat_last_n: c.RepeatLastN = S.repeat_last_n, seed: c.Seed = None,
     max_tokens: c.MaxTokens = D.max_tokens, stop: c.Stop = None, ctx: c.Ctx = 4096,
-    n_gpu_layers: c.GpuLayers = None, threads: c.Threads = None,
+    n_gpu_layers: c.GpuLayers = "auto", threads: c.Threads = None,
     show_draft: Annotated[bool, typer.Option("--show-draft", help="Colour the tokens that "
                           "came from the draft.")] = False,
     plain: Annotated[bool, typer.Option("--plain", help="No Markdown rendering of "

@@ -40,9 +40,11 @@ MaxTokens = Annotated[int, _opt("--max-tokens", "-n", env="MAX_TOKENS",
                       help="Most tokens in an answer.")]
 Stop = Annotated[Optional[list[str]], _opt("--stop", env="STOP",
                  help="Stop string (repeatable); never printed.")]
-Ctx = Annotated[int, _opt("--ctx", env="CTX", help="Context size in tokens.")]
-GpuLayers = Annotated[Optional[int], _opt("--n-gpu-layers", env="N_GPU_LAYERS",
-                      help="Layers to offload (default: all when llama.cpp has a GPU backend).")]
+Ctx = Annotated[int, _opt("--ctx", env="CTX",
+                help="Context size in tokens; 0 means the model's trained context.")]
+GpuLayers = Annotated[str, _opt("--n-gpu-layers", env="N_GPU_LAYERS",
+                      help="Layers to offload to the GPU: auto (what fits in free memory), "
+                           "a number, or -1 for all.")]
 Threads = Annotated[Optional[int], _opt("--threads", env="THREADS", help="CPU threads.")]
 System = Annotated[Optional[str], _opt("--system", "-s", env="SYSTEM", help="System prompt.")]
 Verbose = Annotated[bool, _opt("--verbose", "-v", env="VERBOSE",
@@ -50,16 +52,34 @@ Verbose = Annotated[bool, _opt("--verbose", "-v", env="VERBOSE",
 
 
 def load_settings(*, model: str | None, draft: str | None, spec: str, ctx: int,
-                  n_gpu_layers: int | None, threads: int | None, verbose: bool,
+                  n_gpu_layers: str | int | None, threads: int | None, verbose: bool,
                   quiet: bool = False) -> LoadSettings:
     """LoadSettings from the model flags; values llama.cpp would choke on are usage errors."""
-    if ctx < 16:
-        raise UsageError(f"--ctx {ctx} is too small: use at least 16 (e.g. 4096)")
+    if ctx != 0 and ctx < 16:
+        raise UsageError(f"--ctx {ctx} is too small: use at least 16 (e.g. 4096), or 0 for the "
+                         f"model's trained context")
     if threads is not None and threads < 1:
         raise UsageError("--threads must be >= 1")
     return LoadSettings(model=model, draft=draft, spec=spec, n_ctx=ctx,
-                        n_gpu_layers=n_gpu_layers, threads=threads, verbose=verbose,
-                        quiet=quiet)
+                        n_gpu_layers=parse_gpu_layers(n_gpu_layers), threads=threads,
+                        verbose=verbose, quiet=quiet)
+
+
+def parse_gpu_layers(value: str | int | None) -> int | None:
+    """'auto' (or nothing) -> None, the runtime then sizes it; a number -> that number."""
+    if value is None or isinstance(value, int):
+        return value
+    text = value.strip().lower()
+    if text in ("", "auto"):
+        return None
+    try:
+        number = int(text)
+    except ValueError:
+        raise UsageError(f"--n-gpu-layers {value!r}: use auto, a number of layers, or -1 for "
+                         f"all") from None
+    if number < -1:
+        raise UsageError(f"--n-gpu-layers {number}: use auto, 0 or more, or -1 for all")
+    return number
 
 
 def generation_options(

@@ -25,7 +25,9 @@ from specchat.llm.helpers import (
     check_gguf_file,
     chunk_spans,
     default_threads,
+    ggml_gpu_memory,
     ggml_registry,
+    gguf_parts,
     log_reason,
     normalize_rows,
     read_negative_size,
@@ -34,6 +36,7 @@ from specchat.llm.helpers import (
     rows_in_span,
     token_or_none,
 )
+from specchat.llm.gpufit import Device, ModelShape, shape_from_metadata
 from specchat.llm.vocab import VocabInfo
 
 # --- llama.cpp's log --------------------------------------------------------------------------
@@ -57,7 +60,8 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
                verbose: bool = False) -> LlamaModel:
     """Load a GGUF file with a fresh, empty KV cache of n_ctx positions.
 
-    n_gpu_layers None offloads every layer when the build can, else none.
+    n_gpu_layers None offloads every layer when the build can, else none. n_ctx 0 means the
+    model's trained context; more than that is a UsageError naming the limit.
     Raises ModelError (one line) for a missing file, a non-GGUF file or a failed load.
     """
     path = Path(path)
@@ -68,11 +72,47 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
     params.n_gpu_layers = n_gpu_layers  # negative: all layers
     model = _open_model(path, params, f"llama.cpp could not load {path}")
     try:
+        n_ctx = _checked_ctx(n_ctx, int(llama_cpp.llama_model_n_ctx_train(model)), path)
         ctx = _new_context(model, n_ctx, n_batch, n_threads or default_threads())
     except BaseException:
         llama_cpp.llama_model_free(model)
         raise
     return LlamaModel(path, model, ctx, n_batch)
+
+
+def _checked_ctx(n_ctx: int, trained: int, path: Path) -> int:
+    if n_ctx == 0:
+        return trained
+    if 0 < trained < n_ctx:
+        raise UsageError(f"--ctx {n_ctx} is more than {path.name} was trained for "
+                         f"({trained} tokens); use --ctx {trained} or less (0 means {trained})")
+    return n_ctx
+
+
+def read_model_shape(path: Path | str) -> ModelShape:
+    """Layer count, trained context and KV widths from the metadata, no weights loaded; the
+    file size counts every part of a split file (for gpufit)."""
+    path = Path(path)
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = _open_model(path, params, f"llama.cpp could not read {path}")
+    try:
+        # Metadata only: with vocab_only, llama.cpp's per-layer getters abort (no layers).
+        meta = _read_metadata(model)
+        n_vocab = int(llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model)))
+    finally:
+        llama_cpp.llama_model_free(model)
+    return shape_from_metadata(path.name, meta, n_vocab,
+                               sum(p.stat().st_size for p in gguf_parts(path)))
+
+
+def gpu_devices() -> list[Device]:
+    """Devices that can hold offloaded layers, with the free memory their backend reports."""
+    try:
+        from llama_cpp._ggml import libggml
+    except (ImportError, OSError):
+        return []
+    return [Device(name, free, total) for name, free, total in ggml_gpu_memory(libggml)]
 
 
 def _open_model(path: Path, params: Any, failure: str) -> Any:
