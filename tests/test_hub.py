@@ -196,3 +196,52 @@ def test_real_model_from_the_fake_hub_answers_offline(
     offline = _cli(args, timeout=300)
     assert offline.returncode == 0, offline.stderr
     assert offline.stdout == online.stdout and offline.stdout.strip()
+
+
+def test_hf_preset_lives_in_the_hf_cache(hub_env: FakeHub, tmp_path: Path) -> None:
+    from specchat.models import find_preset, is_present
+
+    (tmp_path / "home").mkdir(exist_ok=True)
+    (tmp_path / "home" / "models.toml").write_text(
+        '[[model]]\nname = "tiny"\nhf = "me/tiny-GGUF:Q2_K"\n'
+        'file = "big-Q2_K-00001-of-00002.gguf"\nsize = 1604\n')
+    assert not is_present(find_preset("tiny"))
+    path = resolve_model("tiny", quiet=True)
+    assert path.read_bytes() == PART1 and is_present(find_preset("tiny"))
+    hub_env.requests.clear()
+    assert resolve_model("tiny", quiet=True) == path
+    assert hub_env.requests == []
+
+
+def test_hf_preset_cannot_also_have_sources(hub_env: FakeHub, tmp_path: Path) -> None:
+    from specchat.models import load_presets
+
+    (tmp_path / "home").mkdir(exist_ok=True)
+    (tmp_path / "home" / "models.toml").write_text(
+        '[[model]]\nname = "x"\nhf = "me/tiny-GGUF"\nfile = "x.gguf"\nsize = 1\n'
+        '[[model.source]]\nkind = "hub"\nrepo = "a/b"\nfile = "x.gguf"\n')
+    with pytest.raises(UsageError, match="'hf' must be owner/name"):
+        load_presets()
+
+
+@pytest.mark.real
+def test_drafts_for_judges_presets_and_hf_cache_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real_model_path: object) -> None:
+    smol = Path(real_model_path("smollm2-135m"))  # type: ignore[operator]
+    real_model_path("qwen2.5-coder-0.5b")  # type: ignore[operator]
+    target = Path(real_model_path("qwen2.5-coder-1.5b"))  # type: ignore[operator]
+    monkeypatch.setenv("SPECCHAT_CACHE", str(target.parent))  # the real presets, read only
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path / "home"))
+    with serve(FakeHub({"me/smol-GGUF": {smol.name: smol.read_bytes()}})) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        resolve_model("me/smol-GGUF", quiet=True)
+    done = _cli(["models", "--drafts-for", "qwen2.5-coder-1.5b"])
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split(None, 3)[1:] for line in done.stdout.splitlines()[1:]}
+    assert rows["qwen2.5-coder-0.5b"][0] == "yes"
+    assert rows["qwen2.5-0.5b"][0] == "?"  # same family, not downloaded
+    assert rows["qwen2.5-7b"][0] == "no" and "not smaller than the target" in \
+        rows["qwen2.5-7b"][2]
+    hf_row = rows[f"me/smol-GGUF:{smol.name}"]
+    assert hf_row[0] == "no" and "vocabulary size 151936 vs 49152" in hf_row[2]

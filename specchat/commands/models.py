@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Optional
 
 import typer
 
@@ -37,8 +37,14 @@ def register(app: typer.Typer) -> None:
 
 def models_command(
     as_json: bool = typer.Option(False, "--json", help="Print the presets as JSON."),
+    drafts_for: Optional[str] = typer.Option(  # noqa: UP007 - typer needs Optional
+        None, "--drafts-for", metavar="MODEL",
+        help="List the models that can draft for MODEL, and why the others cannot."),
 ) -> None:
-    """List the model presets: role, size, whether downloaded, where, and the default draft."""
+    """List the model presets and the GGUF files in the Hugging Face cache."""
+    if drafts_for is not None:
+        _print_drafts(drafts_for, as_json)
+        return
     rows = [_row(p) for p in load_presets().values()]
     hub = [{"repo": f.repo, "file": f.file, "size": f.size, "path": str(f.path),
             "ref": f"{f.repo}:{f.file.rsplit('/', 1)[-1]}"} for f in cached_gguf_files()]
@@ -115,6 +121,25 @@ def _print_plain(rows: list[dict[str, Any]]) -> None:
     for line in table:
         head = "  ".join(cell.ljust(w) for cell, w in zip(line[:-1], widths, strict=True))
         print(f"{head}  {line[-1]}")
+
+
+def _print_drafts(spec: str, as_json: bool) -> None:
+    from specchat.models.drafts import drafts_for
+
+    target, found = drafts_for(spec)
+    if as_json:
+        print(json.dumps({"target": str(target), "candidates": [
+            {"name": c.name, "size": c.size, "can_draft": c.verdict, "reason": c.reason,
+             "path": c.path} for c in found]}, indent=2))
+        return
+    marks = {True: "yes", False: "no", None: "?"}
+    table = [["MODEL", "DRAFT", "SIZE", "WHY"]] + [
+        [c.name, marks[c.verdict], human_size(c.size), c.reason] for c in found]
+    widths = [max(len(line[i]) for line in table) for i in range(3)]
+    for line in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(line[:3], widths, strict=True))
+              + "  " + line[3])
+    print(f"target: {target}", file=sys.stderr)
 
 
 def _print_hub(hub: list[dict[str, Any]]) -> None:

@@ -36,6 +36,11 @@ def pull(name: str, *, quiet: bool = False, force: bool = False,
 def pull_preset(preset: Preset, *, quiet: bool = False, force: bool = False,
                 pip_args: Sequence[str] | None = None) -> Path:
     """Try each source in order; the first that yields a verified file wins."""
+    if preset.hf is not None:  # files in the HF cache, fetched the way -m owner/name is
+        from specchat.models.hffetch import resolve_ref
+        from specchat.models.hfref import require_ref
+
+        return resolve_ref(require_ref(preset.hf), quiet=quiet, force=force)
     final = store.model_path(preset)
     if store.is_present(preset) and not force:
         return final
