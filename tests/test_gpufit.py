@@ -154,3 +154,17 @@ def test_doctor_says_what_auto_chooses(real_model_path: object,
     rows = dict(collect()[0])
     assert rows["gpu fit"].startswith("qwen2.5-coder-1.5b at --ctx 4096: GPU layers: "
                                       "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf all 29 layers")
+
+
+@pytest.mark.real
+def test_ctx_zero_is_the_trained_context_and_more_is_refused(real_model_path: object) -> None:
+    from specchat.llm import load_model
+
+    smol = Path(real_model_path("smollm2-135m"))  # type: ignore[operator]
+    with load_model(smol, n_ctx=0) as model:
+        assert model.n_ctx == 8192  # SmolLM2's llama.context_length
+    with pytest.raises(UsageError) as info:
+        load_model(smol, n_ctx=8193)
+    assert str(info.value) == ("--ctx 8193 is more than SmolLM2-135M-Instruct.Q4_1.gguf was "
+                               "trained for (8192 tokens); use --ctx 8192 or less (0 means 8192)")
+    assert info.value.exit_code == 2

@@ -12,7 +12,8 @@ layer. The estimate, per model:
   compute    llama.cpp's work buffer for one n_batch step, dominated by the logits rows:
              4 bytes x n_batch x (n_vocab + 4 n_embd); only when anything is offloaded.
 
-A margin is kept free on every device (the larger of 512 MiB and 5% of its memory) for the
+docs/gpu-fit.md compares each term with the buffer sizes llama.cpp reports: all within a few
+percent and on the safe side. A margin is kept free on every device (the larger of 512 MiB and 5% of its memory) for the
 driver, other programs and estimation error. The target is placed first: a draft only pays
 when the target runs fast, so the draft gets what the target leaves.
 """
