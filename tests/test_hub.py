@@ -139,7 +139,11 @@ def test_dropped_connection_resumes_where_it_stopped(hub_env: FakeHub,
     # huggingface_hub keeps what it received in whole chunks (10 MB); small ones here.
     monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 256)
     hub_env.cut_after = 512
-    path = resolve_model(f"{REPO}:Q8_0", quiet=True)
+    try:  # newer huggingface_hub retries within the call; older ones stop, keeping the part
+        path = resolve_model(f"{REPO}:Q8_0", quiet=True)
+    except DownloadError as exc:
+        assert str(exc).endswith("run the same command again to resume")
+        path = resolve_model(f"{REPO}:Q8_0", quiet=True)
     assert path.read_bytes() == Q8
     ranges = [r[2].get("Range") for r in hub_env.file_requests()]
     assert ranges == [None, "bytes=512-"]
