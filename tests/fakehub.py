@@ -41,10 +41,10 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: object) -> None:  # keep test output clean
             pass
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:
             self._serve(body=True)
 
-        def do_HEAD(self) -> None:  # noqa: N802
+        def do_HEAD(self) -> None:
             self._serve(body=False)
 
         def _serve(self, body: bool) -> None:

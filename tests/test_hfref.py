@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from specchat.errors import UsageError
-from specchat.models.hfref import HfRef, choose, group_files, matches, parse_ref, quant_label
+from specchat.models.hfref import (
+    HfRef,
+    choose,
+    group_files,
+    matches,
+    parse_ref,
+    quant_label,
+)
 from specchat.models.resolve import hub_ref_or_none
 
 

@@ -167,8 +167,8 @@ def test_cli_missing_quant_is_one_line_exit_2(hub_env: FakeHub) -> None:
     done = _cli(["pull", f"{REPO}:IQ1_S"])
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"specchat: error: {REPO} has no IQ1_S file in the repo; it has Q2_K, Q4_K_M, Q8_0 "
-        f"(write {REPO}:QUANT)"]
+        (f"specchat: error: {REPO} has no IQ1_S file in the repo; it has Q2_K, Q4_K_M, Q8_0 "
+         f"(write {REPO}:QUANT)")]
 
 
 def test_cli_without_network_fails_with_one_line(hub_env: FakeHub,

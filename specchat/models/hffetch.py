@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 from specchat import storage
 from specchat.errors import DownloadError, UsageError
-from specchat.models.download import DISK_MARGIN, hub_endpoint, hub_unavailable_reason, say
+from specchat.models.download import (
+    DISK_MARGIN,
+    hub_endpoint,
+    hub_unavailable_reason,
+    say,
+)
 from specchat.models.hfcache import hub_cache_dir, record, repo_dir, resolve_cached
 from specchat.models.hfref import GgufGroup, HfRef, choose, group_files
 from specchat.models.store import human_size
