@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from specchat.commands.common import load_settings, parse_gpu_layers
 from specchat.errors import UsageError
 from specchat.llm import gpufit
 from specchat.llm.gpufit import Device, ModelShape, plan, shape_from_metadata
@@ -89,24 +88,13 @@ def test_shape_from_metadata_defaults_like_llama_cpp() -> None:
         (30, 8192, 192, 192)
 
 
-@pytest.mark.parametrize(("value", "parsed"), [("auto", None), ("AUTO", None), (None, None),
-                                               ("0", 0), ("-1", -1), ("33", 33), (7, 7)])
-def test_gpu_layers_flag(value: str | int | None, parsed: int | None) -> None:
-    assert parse_gpu_layers(value) == parsed
+def test_auto_reaches_the_runtime_as_none_and_ctx_zero_is_accepted() -> None:
+    """The runtime sizes layers when n_gpu_layers is None; the option schema must say so."""
+    from specchat.options import lookup
 
-
-@pytest.mark.parametrize("value", ["lots", "-2", "1.5"])
-def test_bad_gpu_layers_is_a_usage_error(value: str) -> None:
-    with pytest.raises(UsageError, match="--n-gpu-layers"):
-        parse_gpu_layers(value)
-
-
-def test_ctx_zero_is_allowed_and_tiny_is_not() -> None:
-    common = {"model": None, "draft": None, "spec": "off", "n_gpu_layers": "auto",
-              "threads": None, "verbose": False}
-    assert load_settings(ctx=0, **common).n_ctx == 0  # type: ignore[arg-type]
-    with pytest.raises(UsageError, match="or 0 for the model's trained context"):
-        load_settings(ctx=8, **common)  # type: ignore[arg-type]
+    assert lookup("n_gpu_layers").from_text("auto") is None
+    assert lookup("n_gpu_layers").from_text("12") == 12
+    assert lookup("ctx").from_text("0") == 0
 
 
 @pytest.mark.real
