@@ -73,8 +73,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         # Without standalone mode click returns exit codes instead of raising for some paths
         # (its own Ctrl-C handling returns 130): pass them on.
         code = app(args=args, prog_name="specchat", standalone_mode=False)
-        if code == EXIT_INTERRUPTED:
-            _fail("interrupted", EXIT_INTERRUPTED)
+        # A command that returns or raises 130 has already said "interrupted" (or needs not,
+        # like Ctrl-C on chat's empty prompt line): a second line would only repeat it.
         if isinstance(code, int) and code:
             sys.exit(code)
     except SpecchatError as exc:

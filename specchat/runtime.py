@@ -14,11 +14,13 @@ from typing import Any
 
 from specchat.engine.auto import AutoState
 from specchat.engine.events import Event
-from specchat.engine.loop import generate
+from specchat.engine.loop import ProgressCallback, Restore, generate
 from specchat.engine.options import GenerationOptions
-from specchat.engine.protocol import LogitsModel
+from specchat.engine.protocol import LogitsModel, common_prefix
+from specchat.engine.stats import Stats
 from specchat.errors import SpecchatError, UsageError
 from specchat.llm.gpufit import FitPlan
+from specchat.promptcache import PromptCache, StatefulModel
 
 Message = dict[str, str]
 
@@ -50,12 +52,52 @@ class Runtime:
     speculation_allowed: bool = True
     closers: list[Callable[[], None]] = field(default_factory=list)
     auto: AutoState = field(default_factory=AutoState)  # learnt across answers
+    prompt_cache: PromptCache | None = None  # on-disk prompt states; one-shot commands only
 
-    def stream(self, prompt: Sequence[int], options: GenerationOptions) -> Iterator[Event]:
+    def stream(self, prompt: Sequence[int], options: GenerationOptions,
+               progress: ProgressCallback | None = None) -> Iterator[Event]:
         """Generate an answer to `prompt` tokens; the mode comes from options.spec."""
         options = self.effective_options(options)
-        draft = self.draft if options.spec in ("draft", "auto") else None
-        return generate(self.target, prompt, options, draft=draft, auto=self.auto)
+        draft = self.draft_for(options.spec)
+        return generate(self.target, prompt, options, draft=draft, auto=self.auto,
+                        progress=progress, restore=self._restorer(draft))
+
+    def draft_for(self, mode: str) -> LogitsModel | None:
+        """The draft model a mode uses (its cache is prefilled with the prompt)."""
+        return self.draft if mode in ("draft", "auto") else None
+
+    def _cached_models(self, draft: LogitsModel | None) -> list[StatefulModel]:
+        if self.prompt_cache is None or not self.speculation_allowed:
+            return []  # a recurrent state cannot be cut back to a shared prefix
+        found: list[StatefulModel] = []
+        for model in (self.target, draft):
+            if isinstance(model, StatefulModel):  # fakes in tests may have no saved states
+                found.append(model)
+        return found
+
+    def _restorer(self, draft: LogitsModel | None) -> Restore | None:
+        models, cache = self._cached_models(draft), self.prompt_cache
+        if not models or cache is None:
+            return None
+
+        def restore(tokens: Sequence[int]) -> int:
+            # The draft's prefill would otherwise cost a third of the target's.
+            loaded = [cache.restore(model, tokens) for model in models]
+            return loaded[0]
+        return restore
+
+    def remember_prompt(self, prompt: Sequence[int], stats: Stats) -> None:
+        """Save the prompt's KV states (minus the last token, as the prefill leaves them) to
+        the prompt cache, when its prefill did enough work to be worth keeping."""
+        cache = self.prompt_cache
+        if cache is None:
+            return
+        head = list(prompt[:-1])
+        for model in self._cached_models(self.draft_for(stats.mode)):
+            if common_prefix(model.tokens, head) < len(head):
+                continue  # interrupted before its prefill was complete
+            model.truncate(len(head))
+            cache.save(model, evaluated=stats.prompt_evaluated)
 
     def effective_options(self, options: GenerationOptions) -> GenerationOptions:
         """Check the mode against what is loaded; refuse what cannot be honoured."""

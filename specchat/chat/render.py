@@ -25,8 +25,9 @@ from rich.segment import Segment
 from rich.text import Text
 
 from specchat.chat.conversation import Turn
-from specchat.engine.events import Chunk, Finished
+from specchat.engine.events import Chunk, Finished, Progress
 from specchat.engine.stats import Stats
+from specchat.progress import SHOW_AFTER_SECONDS, progress_text
 
 DRAFT_STYLE = "green"
 LIVE_MARKDOWN_CHARS = 4000
@@ -96,6 +97,8 @@ def summary_text(stats: Stats, draft_name: str | None, reason: str | None) -> st
         parts.append(f"≈{est:.2f}x est.")
     new = stats.prompt_tokens - stats.prompt_cached
     parts.append(f"prompt +{new} tok {stats.prompt_seconds * 1000:.0f} ms")
+    if stats.first_token_seconds > 0:
+        parts.append(f"first token {stats.first_token_seconds * 1000:.0f} ms")
     line = " · ".join(parts)
     return f"{line} · {REASONS[reason]}" if reason in REASONS else line
 
@@ -174,6 +177,14 @@ class AnswerView:
             self._view.text.append(chunk.text)
         self._view.status = Text(status_text(chunk.stats, self.r.draft_name), style="dim",
                                  no_wrap=True, overflow="ellipsis")
+        self._refresh()
+
+    def progress(self, progress: Progress) -> None:
+        """The prefill's progress in the status line, once it has taken over a second."""
+        if self._live is None or self._view is None or progress.seconds < SHOW_AFTER_SECONDS:
+            return
+        text = progress_text(progress).removeprefix("specchat: ")
+        self._view.status = Text(text + "…", style="dim", no_wrap=True, overflow="ellipsis")
         self._refresh()
 
     def _pieces(self, chunk: Chunk) -> list[tuple[str, bool]]:

@@ -15,7 +15,7 @@ from specchat.chat.conversation import Conversation, Turn
 from specchat.chat.render import Renderer
 from specchat.chat.store import Store, load_conversation, save_copy
 from specchat.chat.tally import Tally
-from specchat.engine.events import Chunk, Finished
+from specchat.engine.events import Chunk, Finished, Progress
 from specchat.engine.options import GenerationOptions, OptionError
 from specchat.engine.protocol import ContextFullError
 from specchat.errors import SpecchatError, UsageError
@@ -58,10 +58,16 @@ class ChatSession:
                 f"context full: the {fitted.newly_dropped} oldest turn"
                 f"{'s' if fitted.newly_dropped > 1 else ''} left out of the prompt from now on "
                 "(still in the saved conversation)")
-        events = self.runtime.stream(fitted.tokens, self.options)
+        shown: list[Any] = []  # the answer view, once open: the prefill runs inside it
+
+        def progress(p: Progress) -> None:
+            if shown:
+                shown[0].progress(p)
+        events = self.runtime.stream(fitted.tokens, self.options, progress=progress)
         finished: Finished | None = None
         interrupted = False
         with self.renderer.answer() as view:
+            shown.append(view)
             try:
                 for event in events:
                     if isinstance(event, Chunk):

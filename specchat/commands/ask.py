@@ -17,8 +17,11 @@ from specchat.engine.events import Chunk, Finished
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, UsageError
 from specchat.optflags import with_options
+from specchat.progress import PrefillProgress
+from specchat.promptcache import PromptCache, prompt_cache_dir, size_limit
 from specchat.report import summary_line
 from specchat.runtime import Runtime, open_runtime
+
 
 def register(app: typer.Typer) -> None:
     app.command("ask", help="Answer one prompt (argument and/or stdin) and exit.")(ask)
@@ -38,9 +41,13 @@ def ask(
 ) -> None:
     options = c.options_from(settings)
     text = read_prompt(prompt)
+    cache_limit = size_limit()  # a bad $SPECCHAT_PROMPT_CACHE is refused before loading
     with open_runtime(c.load_settings(settings, quiet=json_out)) as runtime:
+        runtime.prompt_cache = PromptCache(prompt_cache_dir(), cache_limit)
         tokens = prompt_tokens(runtime, text, settings["system"], raw)
         finished = stream_answer(runtime, tokens, options, echo=not json_out)
+        if finished is not None:
+            runtime.remember_prompt(tokens, finished.stats)
     if finished is None:
         raise typer.Exit(EXIT_INTERRUPTED)
     if json_out:
@@ -88,19 +95,24 @@ def prompt_tokens(runtime: Runtime, text: str, system: str | None, raw: bool) ->
 
 def stream_answer(runtime: Runtime, tokens: list[int], options: GenerationOptions,
                   echo: bool) -> Finished | None:
-    """Stream chunks to stdout; None when Ctrl-C stopped the answer."""
-    events = runtime.stream(tokens, options)
+    """Stream chunks to stdout; None when Ctrl-C stopped the answer (or its prefill)."""
+    progress = PrefillProgress(enabled=None if echo else False)
+    events = runtime.stream(tokens, options, progress=progress)
     finished: Finished | None = None
+    started = False
     try:
         for event in events:
+            progress.clear()
             if isinstance(event, Chunk) and echo and event.text:
+                started = True
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
             elif isinstance(event, Finished):
                 finished = event
     except KeyboardInterrupt:
         events.close()
-        if echo:
+        progress.clear()
+        if echo and started:
             sys.stdout.write("\n")
         print("specchat: interrupted", file=sys.stderr)
         return None
