@@ -19,7 +19,8 @@ from specchat.engine.loop import ProgressCallback, Restore, generate
 from specchat.engine.options import GenerationOptions
 from specchat.engine.protocol import LogitsModel, common_prefix
 from specchat.engine.stats import Stats
-from specchat.errors import UsageError
+from specchat.errors import SpecchatError, UsageError
+from specchat.llm.gpufit import FitPlan
 from specchat.promptcache import PromptCache, StatefulModel
 
 Message = dict[str, str]
@@ -36,6 +37,8 @@ class RuntimeInfo:
     template_note: str = ""
     template_is_fallback: bool = False
     notes: list[str] = field(default_factory=list)
+    gpu: str = ""  # what --n-gpu-layers auto chose, one line ("" when not asked or CPU only)
+    gpu_layers: str = ""  # the same as "TARGET/DRAFT" n_gpu_layers values
 
 
 @dataclass
@@ -129,8 +132,8 @@ class LoadSettings:
     model: str | None = None
     draft: str | None = None
     spec: str = "auto"
-    n_ctx: int = 4096
-    n_gpu_layers: int | None = None
+    n_ctx: int = 4096  # 0: the target's trained context
+    n_gpu_layers: int | None = None  # None: auto (gpu_layers); -1: every layer
     threads: int | None = None
     verbose: bool = False
     quiet: bool = False
@@ -160,22 +163,24 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
     draft_spec = wants_draft(settings)
     target_path = resolve_model(target_spec, quiet=settings.quiet)
     draft_path = resolve_model(draft_spec, quiet=settings.quiet) if draft_spec else None
+    layers, fit = gpu_layers(settings, target_path, draft_path)
     loaded = _loaded_models(reuse)
     closers: list[Callable[[], None]] = []
 
-    def load(path: Path) -> Any:
+    def load(path: Path, n_ctx: int, n_gpu_layers: int) -> Any:
         if str(path) in loaded:
             return loaded[str(path)]
-        model = load_model(path, n_ctx=settings.n_ctx, n_gpu_layers=settings.n_gpu_layers,
+        model = load_model(path, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
                            n_threads=settings.threads, verbose=settings.verbose)
         closers.append(model.close)
         return model
 
-    target = load(target_path)
+    target = load(target_path, settings.n_ctx, layers[0])
     draft = None
     try:
         if draft_path is not None:
-            draft = load(draft_path)
+            # target.n_ctx, not settings.n_ctx: --ctx 0 resolved to the target's trained one.
+            draft = load(draft_path, target.n_ctx, layers[1])
             check_compatible(target, draft)
         template = ChatTemplate.from_model(target)
     except BaseException:
@@ -186,6 +191,8 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
         target_name=target_spec, target_path=str(target_path),
         draft_name=draft_spec, draft_path=str(draft_path) if draft_path else None,
         template_note=template.note, template_is_fallback=template.is_fallback,
+        gpu=fit.summary() if fit is not None else "",
+        gpu_layers=f"{layers[0]}/{layers[1]}" if fit is not None else "",
     )
     if template.is_fallback and not settings.quiet:
         print(f"specchat: note: {template.note}", file=sys.stderr)
@@ -248,6 +255,63 @@ def switch_models(runtime: Runtime, *, model: str | None = KEEP,
     return fresh
 
 
+def gpu_layers(settings: LoadSettings, target: Path,
+               draft: Path | None) -> tuple[tuple[int, int], FitPlan | None]:
+    """n_gpu_layers for (target, draft): the user's number, else what fits (llm.gpufit).
+
+    A CPU-only build gets 0 without a word; a model that does not fit entirely gets one line.
+    """
+    if settings.n_gpu_layers is not None:
+        return (settings.n_gpu_layers, settings.n_gpu_layers), None
+    from specchat.llm import gpu_offload_supported
+
+    if not gpu_offload_supported():
+        return (0, 0), None
+    fit = fit_plan(target, draft, settings.n_ctx)
+    if fit is None:  # a GPU build whose backend reports no device memory: llama.cpp decides
+        return (-1, -1), None
+    line = fit.shortfall() or (fit.summary() if settings.verbose else None)
+    if line and not settings.quiet:
+        print(f"specchat: {line}", file=sys.stderr)
+    return (fit.target.n_gpu_layers, fit.draft.n_gpu_layers if fit.draft else 0), fit
+
+
+def fit_plan(target: Path, draft: Path | None, n_ctx: int) -> FitPlan | None:
+    """The GPU placement for these files at n_ctx (0: trained), None without GPU memory info."""
+    from specchat.llm import gpu_devices, read_model_shape
+    from specchat.llm.gpufit import plan
+
+    devices = gpu_devices()
+    if not devices:
+        return None
+    shape = read_model_shape(target)
+    draft_shape = read_model_shape(draft) if draft is not None else None
+    return plan(devices, shape, draft_shape, n_ctx=n_ctx or shape.n_ctx_train)
+
+
+def describe_gpu_fit(model: str | None = None, n_ctx: int = 4096) -> str:
+    """What --n-gpu-layers auto would choose for `model` (default target) and its default
+    draft, from files already downloaded; one line for `specchat doctor`."""
+    from specchat.llm import gpu_offload_supported
+    from specchat.models import DEFAULT_TARGET, default_draft_for, resolve_model
+
+    if not gpu_offload_supported():
+        return "0 layers: this llama.cpp build has no GPU backend (CPU only)"
+    spec = model or DEFAULT_TARGET
+    target = resolve_model(spec, pull=False, quiet=True)
+    draft_spec = default_draft_for(spec)
+    draft = None
+    if draft_spec:
+        try:
+            draft = resolve_model(draft_spec, pull=False, quiet=True)
+        except SpecchatError:
+            draft = None  # not downloaded: size the target alone
+    fit = fit_plan(target, draft, n_ctx)
+    if fit is None:
+        return "every layer: the GPU backend reports no free memory to size against"
+    return f"{spec} at --ctx {n_ctx}: {fit.shortfall() or fit.summary()}"
+
+
 def measured_auto_state(runtime: Runtime, settings: LoadSettings,
                         force: bool = False) -> AutoState:
     """Cost tables for `auto`: from the calibration cache, else measured now (once)."""
@@ -255,7 +319,9 @@ def measured_auto_state(runtime: Runtime, settings: LoadSettings,
     from specchat.models import cache_dir
 
     cache = CalibrationCache(cache_dir().parent / "calibration.json")
-    knobs: dict[str, object] = {"n_gpu_layers": settings.n_gpu_layers,
+    # auto's choice depends on free memory: costs measured with other layer counts differ.
+    gpu = runtime.info.gpu_layers or settings.n_gpu_layers
+    knobs: dict[str, object] = {"n_gpu_layers": gpu,
                                 "threads": settings.threads, "version": 1}
 
     def announce(name: str) -> None:

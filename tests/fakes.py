@@ -72,6 +72,9 @@ class FakeModel:
         if len(self._tokens) + len(tokens) > self._n_ctx:
             raise ContextFullError(len(self._tokens) + len(tokens), self._n_ctx)
         n = len(tokens)
+        if any(not 0 <= t < self._n_vocab for t in tokens):
+            # As the real backend: a model cannot evaluate an id it has no embedding for.
+            raise ValueError(f"token ids must be in [0, {self._n_vocab})")
         rows = [r + n if r < 0 else r for r in logit_rows]
         if any(not 0 <= r < n for r in rows):
             raise IndexError(f"logit rows {list(logit_rows)} outside a batch of {n}")

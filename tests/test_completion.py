@@ -65,7 +65,7 @@ def test_zsh_options_and_choices(cache: Path) -> None:
 def test_fish_options_with_help(cache: Path) -> None:
     lines = complete(cache, "fish", "specchat chat --dr")
     assert lines[0].startswith("--draft\tDraft model") and lines[1].startswith("--draft-max\t")
-    assert complete(cache, "fish", "specchat chat --draft qwen") == [
+    assert complete(cache, "fish", "specchat chat --draft qwen2.5-c") == [
         "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
 
 

@@ -223,8 +223,12 @@ def test_a_prompt_longer_than_the_context_is_a_finish_not_a_crash() -> None:
 def test_bad_requests_fail_at_call_time() -> None:
     with pytest.raises(ValueError, match="draft model"):
         generate(FakeModel(8), PROMPT, opts("draft"))
-    with pytest.raises(ValueError, match="vocabulary"):
-        generate(FakeModel(8), PROMPT, opts("draft"), draft=FakeModel(9))
+    for spec in ("draft", "auto"):  # 129 ids apart is past what padding may explain
+        with pytest.raises(ValueError, match="at most 128 padding ids"):
+            generate(FakeModel(8), PROMPT, opts(spec), draft=FakeModel(8 + 129))
+        with pytest.raises(ValueError, match="at most 128 padding ids"):
+            generate(FakeModel(8 + 129), PROMPT, opts(spec), draft=FakeModel(8))
+    generate(FakeModel(8), PROMPT, opts("draft"), draft=FakeModel(8 + 128))  # the bound: fine
     with pytest.raises(ValueError, match="empty"):
         generate(FakeModel(8), [], opts("off"))
 

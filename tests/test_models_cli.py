@@ -89,7 +89,7 @@ def test_errors_through_the_real_entry_point(home: Path,
     assert done.value.code == EXIT_USAGE
     err = capsys.readouterr().err
     assert err == ("specchat: error: unknown model 'qwen2.5-coder-1.5': no such preset; "
-                   "did you mean qwen2.5-coder-1.5b or qwen2.5-coder-0.5b?\n")
+                   "did you mean qwen2.5-coder-1.5b or qwen2.5-coder-0.5b or qwen2.5-0.5b?\n")
 
 
 def test_malformed_user_file_through_the_entry_point(home: Path,

@@ -89,6 +89,8 @@ def collect() -> tuple[list[tuple[str, str]], bool]:
     llama_rows, built = _llama_rows()
     rows += llama_rows
     rows += _cache_rows()
+    if built is not None:
+        rows += _guard("gpu fit", _gpu_rows)
     rows += _guard("calibration", _calibration_rows)
     if built is None:
         profile = suggest_profile("CPU", Machine.here())[0]
@@ -109,6 +111,13 @@ def _llama_rows() -> tuple[list[tuple[str, str]], str | None]:
     info = system_info()
     keys = ("llama-cpp-python", "llama.cpp system info", "backends", "devices", "gpu offload")
     return [(key, info[key]) for key in keys], info["backend"]
+
+
+def _gpu_rows() -> list[tuple[str, str]]:
+    """What --n-gpu-layers auto chooses for the default target and draft here."""
+    from specchat.runtime import describe_gpu_fit
+
+    return [("gpu fit", describe_gpu_fit())]
 
 
 def _calibration_rows() -> list[tuple[str, str]]:

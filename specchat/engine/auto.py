@@ -173,7 +173,8 @@ class AutoPolicy:
         if avail:
             out.append(Candidate("ngram", ("ngram", match_bucket(length), self._last),
                                  len(avail), lambda _k: 0.0))
-        if self.draft is not None and self.state.draft_costs is not None:
+        if (self.draft is not None and self.state.draft_costs is not None
+                and not self.draft.blind):
             costs = self.state.draft_costs
             gap = max(1, len(context) - len(self.draft.model.tokens))
             out.append(Candidate("draft", ("draft", self._last), k,

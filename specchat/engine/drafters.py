@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from specchat.engine.options import SamplingOptions
+from specchat.engine.padding import check_vocab_sizes, pad_row, readable_prefix, shared_logits
 from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefix
 from specchat.engine.sampling import greedy_token, probs, recent_window, sample
 
@@ -80,11 +81,21 @@ class DraftModelDrafter:
     Its cache is reused across steps: it holds a prefix of the committed context, so each
     step evaluates only the tokens it has not seen (typically the previous step's correction
     or bonus token, plus the last accepted draft).
+
+    `n_target` is the target's vocabulary size when it differs from the draft's by padding
+    ids: q rows then have the target's length and never give weight to an id the target
+    lacks (the exactness argument is in engine/padding.py).
     """
 
-    def __init__(self, model: LogitsModel, sampling: SamplingOptions) -> None:
+    def __init__(self, model: LogitsModel, sampling: SamplingOptions,
+                 n_target: int | None = None) -> None:
         self.model = model
         self.sampling = sampling
+        self.n_target = model.n_vocab if n_target is None else n_target
+        check_vocab_sizes(self.n_target, model.n_vocab)
+        # True once the context holds an id the draft has no embedding for (only possible
+        # when the target is larger): the draft stays silent for the rest of the answer.
+        self.blind = False
         self._known: int | None = None  # cache == context[:_known], when known
         # After a completed propose the cache is exactly context[:_base] + _extra, which lets
         # rollback cut back without comparing the whole context.
@@ -93,17 +104,21 @@ class DraftModelDrafter:
         self._extra: list[int] = []
 
     def prepare(self, context: Sequence[int]) -> None:
+        self.blind = False
         # Everything but the last token: propose() evaluates that one to get q1.
         if 1 < len(context) <= self.model.n_ctx:
-            fill_cache(self.model, context[:-1])
-            self._known = len(context) - 1
+            head = context[:-1]
+            if self.n_target > self.model.n_vocab:
+                head = head[: readable_prefix(head, self.model.n_vocab)]
+            fill_cache(self.model, head)
+            self._known = len(head)
         else:
             self._known = None
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
         # The cache will end at len(context) + k - 1 (the last draft is never evaluated).
         k = min(k, self.model.n_ctx - len(context) + 1)
-        if k <= 0 or not context:
+        if k <= 0 or not context or self.blind:
             return EMPTY_DRAFT
         try:
             return self._draft(context, k, rng)
@@ -111,31 +126,42 @@ class DraftModelDrafter:
             return EMPTY_DRAFT  # the cache is whatever it is; rollback will compare
 
     def _draft(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
-        model, opts = self.model, self.sampling
+        model = self.model
         keep = common_prefix(model.tokens, context) if self._known is None else self._known
         keep = min(keep, len(context) - 1)
         self._known, self._drafted, self._base, self._extra = None, False, len(context), []
         model.truncate(keep)
-        logits = model.eval(list(context[keep:]), [-1])[0]
+        unseen = context[keep:]
+        if self.n_target > model.n_vocab and readable_prefix(unseen, model.n_vocab) < len(unseen):
+            self.blind, self._known = True, keep
+            return EMPTY_DRAFT
+        logits = model.eval(list(unseen), [-1])[0]
         tokens: list[int] = []
         rows: list[np.ndarray] = []
         eog = model.eog_tokens
         while True:
-            recent = recent_window(context, tokens, opts.repeat_last_n)
-            if opts.greedy:
-                token = greedy_token(logits, recent, opts)
-            else:
-                q = probs(logits, recent, opts)
-                token = sample(q, rng)
-                rows.append(q)
+            recent = recent_window(context, tokens, self.sampling.repeat_last_n)
+            token, q = self._choose(logits, recent, rng)
             tokens.append(token)
+            if q is not None:
+                rows.append(q)
             # Nothing useful can follow an end-of-generation token.
             if len(tokens) == k or token in eog:
                 break
             logits = model.eval([token], [-1])[0]
             self._extra.append(token)
         self._drafted = True
-        return Draft(tuple(tokens), None if opts.greedy else tuple(rows))
+        return Draft(tuple(tokens), None if self.sampling.greedy else tuple(rows))
+
+    def _choose(self, logits: np.ndarray, recent: Sequence[int],
+                rng: np.random.Generator) -> tuple[int, np.ndarray | None]:
+        """One draft token and the row q it was drawn from (None when greedy), q of the
+        target's length. Cut, then warp, then pad: engine/padding.py says why that order."""
+        x = shared_logits(logits, self.n_target)
+        if self.sampling.greedy:
+            return greedy_token(x, recent, self.sampling), None
+        q = probs(x, recent, self.sampling)
+        return sample(q, rng), pad_row(q, self.n_target)
 
     def rollback(self, context: Sequence[int]) -> None:
         if self._known is not None:

@@ -34,6 +34,7 @@ from specchat.engine.drafters import (
 )
 from specchat.engine.events import Chunk, Event, Finished, Progress
 from specchat.engine.options import GenerationOptions
+from specchat.engine.padding import check_vocab_sizes
 from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefix
 from specchat.engine.sampling import greedy_token, probs, recent_window
 from specchat.engine.stats import Stats, StatsBuilder
@@ -61,7 +62,8 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
     every prefill chunk how far the prompt is; `restore` may first load a saved prefix.
 
     Raises ValueError at once (not on first iteration) for an empty prompt, `spec="draft"`
-    without a draft model, or a draft whose vocabulary size differs from the target's.
+    without a draft model, or a draft whose vocabulary size differs from the target's by
+    more than the padding engine/padding.py can bridge.
     """
     tokens = [int(t) for t in prompt]
     if not tokens:
@@ -69,7 +71,8 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
     drafter: Drafter | None = make_drafter(options, target, draft)
     controller: DraftController = make_controller(options)
     if options.spec == "auto" and isinstance(drafter, PromptLookupDrafter):
-        model_drafter = DraftModelDrafter(draft, options.sampling) if draft is not None else None
+        model_drafter = (DraftModelDrafter(draft, options.sampling, target.n_vocab)
+                         if draft is not None else None)
         auto = auto or AutoState()
         drafter = controller = AutoPolicy(auto, drafter, model_drafter, options.draft_max)
     run = _Run(target, tokens, options, drafter, controller,
@@ -86,13 +89,9 @@ def make_drafter(options: GenerationOptions, target: LogitsModel,
     if options.spec == "draft":
         if draft is None:
             raise ValueError("spec 'draft' needs a draft model; use 'ngram' or 'off' without one")
-        if draft.n_vocab != target.n_vocab:
-            raise ValueError(f"the draft has {draft.n_vocab} logits per token, the target "
-                             f"{target.n_vocab}: they must share one vocabulary")
-        return DraftModelDrafter(draft, options.sampling)
-    if options.spec == "auto" and draft is not None and draft.n_vocab != target.n_vocab:
-        raise ValueError(f"the draft has {draft.n_vocab} logits per token, the target "
-                         f"{target.n_vocab}: they must share one vocabulary")
+        return DraftModelDrafter(draft, options.sampling, target.n_vocab)
+    if options.spec == "auto" and draft is not None:
+        check_vocab_sizes(target.n_vocab, draft.n_vocab)
     min_match = options.draft_min_match
     return PromptLookupDrafter(min_match, max(min_match, NGRAM_MAX_MATCH))
 

@@ -14,12 +14,14 @@ from specchat.llm.text import StreamDecoder
 from specchat.llm.vocab import VocabInfo, check_compatible, compatibility_problems
 
 _BACKEND_NAMES = frozenset({
-    "LlamaModel", "load_model", "gpu_offload_supported", "system_info", "requantize",
+    "LlamaModel", "load_model", "gpu_devices", "gpu_offload_supported", "read_model_shape",
+    "read_vocab_info", "requantize", "system_info",
 })
 
 __all__ = [
     "ChatTemplate", "LlamaModel", "StreamDecoder", "VocabInfo", "chat_tokens", "check_compatible",
-    "compatibility_problems", "gpu_offload_supported", "load_model", "requantize", "system_info",
+    "compatibility_problems", "gpu_devices", "gpu_offload_supported", "load_model",
+    "read_model_shape", "read_vocab_info", "requantize", "system_info",
 ]
 
 

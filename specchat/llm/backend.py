@@ -26,7 +26,9 @@ from specchat.llm.helpers import (
     check_gguf_file,
     chunk_spans,
     default_threads,
+    ggml_gpu_memory,
     ggml_registry,
+    gguf_parts,
     log_reason,
     normalize_rows,
     read_negative_size,
@@ -35,6 +37,7 @@ from specchat.llm.helpers import (
     rows_in_span,
     token_or_none,
 )
+from specchat.llm.gpufit import Device, ModelShape, shape_from_metadata
 from specchat.llm.vocab import VocabInfo
 
 # --- llama.cpp's log --------------------------------------------------------------------------
@@ -66,17 +69,65 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
                verbose: bool = False) -> LlamaModel:
     """Load a GGUF file with a fresh, empty KV cache of n_ctx positions.
 
-    n_gpu_layers None offloads every layer when the build can, else none.
+    n_gpu_layers None offloads every layer when the build can, else none. n_ctx 0 means the
+    model's trained context; more than that is a UsageError naming the limit.
     Raises ModelError (one line) for a missing file, a non-GGUF file or a failed load.
     """
     path = Path(path)
-    check_gguf_file(path)
     _LOG.verbose = verbose  # process-wide: llama.cpp has one log callback
-    _LOG.errors.clear()
     params = llama_cpp.llama_model_default_params()
     if n_gpu_layers is None:
         n_gpu_layers = -1 if gpu_offload_supported() else 0
     params.n_gpu_layers = n_gpu_layers  # negative: all layers
+    model = _open_model(path, params, f"llama.cpp could not load {path}")
+    try:
+        n_ctx = _checked_ctx(n_ctx, int(llama_cpp.llama_model_n_ctx_train(model)), path)
+        ctx = _new_context(model, n_ctx, n_batch, n_threads or default_threads())
+    except BaseException:
+        llama_cpp.llama_model_free(model)
+        raise
+    return LlamaModel(path, model, ctx, n_batch, gpu_layers=n_gpu_layers)
+
+
+def _checked_ctx(n_ctx: int, trained: int, path: Path) -> int:
+    if n_ctx == 0:
+        return trained
+    if 0 < trained < n_ctx:
+        raise UsageError(f"--ctx {n_ctx} is more than {path.name} was trained for "
+                         f"({trained} tokens); use --ctx {trained} or less (0 means {trained})")
+    return n_ctx
+
+
+def read_model_shape(path: Path | str) -> ModelShape:
+    """Layer count, trained context and KV widths from the metadata, no weights loaded; the
+    file size counts every part of a split file (for gpufit)."""
+    path = Path(path)
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = _open_model(path, params, f"llama.cpp could not read {path}")
+    try:
+        # Metadata only: with vocab_only, llama.cpp's per-layer getters abort (no layers).
+        meta = _read_metadata(model)
+        n_vocab = int(llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model)))
+    finally:
+        llama_cpp.llama_model_free(model)
+    return shape_from_metadata(path.name, meta, n_vocab,
+                               sum(p.stat().st_size for p in gguf_parts(path)))
+
+
+def gpu_devices() -> list[Device]:
+    """Devices that can hold offloaded layers, with the free memory their backend reports."""
+    try:
+        from llama_cpp._ggml import libggml
+    except (ImportError, OSError):
+        return []
+    return [Device(name, free, total) for name, free, total in ggml_gpu_memory(libggml)]
+
+
+def _open_model(path: Path, params: Any, failure: str) -> Any:
+    """llama_model_load_from_file with specchat's checks; ModelError(failure: why) if not."""
+    check_gguf_file(path)
+    _LOG.errors.clear()
     # Ctrl-C aborts the load at once through its progress callback (exit 130 upstream),
     # instead of being swallowed by a ctypes callback with a traceback.
     keep_going = llama_cpp.llama_progress_callback(lambda _p, _d: not _ABORT.interrupted)
@@ -89,13 +140,59 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
     _ABORT.raise_pending_interrupt()
     _LOG.raise_pending_interrupt()
     if not model:
-        raise ModelError(f"llama.cpp could not load {path}: {log_reason(_LOG.errors)}")
+        raise ModelError(f"{failure}: {log_reason(_LOG.errors)}")
+    return model
+
+
+def read_vocab_info(path: Path | str) -> VocabInfo:
+    """The vocabulary of a GGUF file without its weights (vocab_only: ~0.2 s for 150k ids),
+    to tell which models can draft for which without loading them."""
+    path = Path(path)
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = _open_model(path, params, f"llama.cpp could not read the vocabulary of {path}")
     try:
-        ctx = _new_context(model, n_ctx, n_batch, n_threads or default_threads())
-    except BaseException:
+        return _vocab_info(model, path.name, _read_metadata(model))
+    finally:
         llama_cpp.llama_model_free(model)
-        raise
-    return LlamaModel(path, model, ctx, n_batch, gpu_layers=n_gpu_layers)
+
+
+def _read_metadata(model: Any) -> dict[str, str]:
+    """GGUF key/value metadata (scalars as strings; arrays are not exposed by llama.cpp)."""
+    def read(getter: Any, index: int) -> str:
+        raw = read_snprintf(lambda buf, size: int(getter(model, index, buf, size)))
+        return raw.decode("utf-8", errors="replace")
+
+    return {read(llama_cpp.llama_model_meta_key_by_index, i):
+            read(llama_cpp.llama_model_meta_val_str_by_index, i)
+            for i in range(llama_cpp.llama_model_meta_count(model))}
+
+
+def _eog_tokens(vocab: Any) -> frozenset[int]:
+    is_eog = llama_cpp.llama_vocab_is_eog
+    return frozenset(t for t in range(llama_cpp.llama_vocab_n_tokens(vocab)) if is_eog(vocab, t))
+
+
+def _vocab_info(model: Any, name: str, metadata: dict[str, str],
+                eog: frozenset[int] | None = None) -> VocabInfo:
+    """What vocab.check_compatible compares (reads every token's text and kind: ~0.2 s)."""
+    v = llama_cpp.llama_model_get_vocab(model)
+    n = int(llama_cpp.llama_vocab_n_tokens(v))
+    specials = {key: token_or_none(getattr(llama_cpp, f"llama_vocab_{key}")(v))
+                for key in ("bos", "eos", "eot", "sep", "nl", "pad")}
+    get_text, get_attr = llama_cpp.llama_vocab_get_text, llama_cpp.llama_vocab_get_attr
+    return VocabInfo(
+        name=name,
+        vocab_type=VOCAB_TYPES.get(int(llama_cpp.llama_vocab_type(v)), "unknown"),
+        pre=metadata.get("tokenizer.ggml.pre", ""),
+        n_tokens=n,
+        specials=specials,
+        add_bos=bool(llama_cpp.llama_vocab_get_add_bos(v)),
+        add_eos=bool(llama_cpp.llama_vocab_get_add_eos(v)),
+        eog=_eog_tokens(v) if eog is None else eog,
+        texts=[get_text(v, t) or b"" for t in range(n)],
+        types=np.fromiter((get_attr(v, t) for t in range(n)), dtype=np.int32, count=n),
+    )
 
 
 def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int) -> Any:
@@ -170,8 +267,7 @@ class LlamaModel:
     @property
     def eog_tokens(self) -> frozenset[int]:
         if self._eog is None:
-            is_eog = llama_cpp.llama_vocab_is_eog
-            self._eog = frozenset(t for t in range(self._n_vocab) if is_eog(self._vocab, t))
+            self._eog = _eog_tokens(self._vocab)
         return self._eog
 
     def eval(self, tokens: Sequence[int], logit_rows: Sequence[int]) -> np.ndarray:
@@ -324,15 +420,8 @@ class LlamaModel:
     def metadata(self) -> dict[str, str]:
         """GGUF key/value metadata (scalars as strings; arrays are not exposed by llama.cpp)."""
         if self._metadata is None:
-            self._metadata = {}
-            for i in range(llama_cpp.llama_model_meta_count(self._model)):
-                key = self._meta(llama_cpp.llama_model_meta_key_by_index, i)
-                self._metadata[key] = self._meta(llama_cpp.llama_model_meta_val_str_by_index, i)
+            self._metadata = _read_metadata(self._model)
         return self._metadata
-
-    def _meta(self, getter: Any, index: int) -> str:
-        raw = read_snprintf(lambda buf, size: int(getter(self._model, index, buf, size)))
-        return raw.decode("utf-8", errors="replace")
 
     @property
     def architecture(self) -> str:
@@ -363,21 +452,8 @@ class LlamaModel:
             hybrid is not None and hybrid(self._model))
 
     def vocab_info(self) -> VocabInfo:
-        """What vocab.check_compatible compares (reads every token's text: ~0.1 s)."""
-        v = self._vocab
-        specials = {name: token_or_none(getattr(llama_cpp, f"llama_vocab_{name}")(v))
-                    for name in ("bos", "eos", "eot", "sep", "nl", "pad")}
-        get_text = llama_cpp.llama_vocab_get_text
-        return VocabInfo(
-            name=self.path.name,
-            vocab_type=VOCAB_TYPES.get(int(llama_cpp.llama_vocab_type(v)), "unknown"),
-            n_tokens=self._n_vocab,
-            specials=specials,
-            add_bos=self.add_bos,
-            add_eos=bool(llama_cpp.llama_vocab_get_add_eos(v)),
-            eog=self.eog_tokens,
-            texts=[get_text(v, t) or b"" for t in range(self._n_vocab)],
-        )
+        """What vocab.check_compatible compares (reads every token's text and kind: ~0.2 s)."""
+        return _vocab_info(self._model, self.path.name, self.metadata, self.eog_tokens)
 
     # --- lifetime --------------------------------------------------------------------------------
     def _check_open(self) -> None:

@@ -1,21 +1,34 @@
-"""Can one model draft for another? Only if both speak exactly the same vocabulary.
+"""Can one model draft for another? Only if both speak the same vocabulary, up to padding.
 
 Speculative acceptance compares the draft's and the target's probabilities of the same token
-id, so id i must mean the same text in both models, the logits rows must have the same length,
-and the special tokens (which end generation or start a turn) must sit at the same ids.
-Pure: works on a VocabInfo the backend fills in, so it is testable without llama.cpp.
+id, so every id both models have must mean the same text (and be the same kind of token) in
+both, both must split text the same way (tokenizer type and pre-tokenizer), and the special
+tokens (which end generation or start a turn) must sit at the same ids. The sizes may differ
+by a little: a family's large models often store a few unused padding ids past the end that
+its small models do not (Qwen2.5 7B+ 152064 ids, 0.5B-3B 151936). Up to MAX_VOCAB_PADDING
+such ids are allowed, as llama.cpp allows; the engine keeps acceptance exact across them
+(specchat/engine/padding.py). Pure: works on a VocabInfo the backend fills in, so it is
+testable without llama.cpp.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
+from specchat.engine.padding import MAX_VOCAB_PADDING
 from specchat.errors import UsageError
 
 # How many differing token ids a message quotes before it says "...".
 _EXAMPLES = 3
+
+# enum llama_token_attr: the bits that say what kind of token an id is.
+_TYPE_BITS = {1: "unknown", 2: "unused", 4: "normal", 8: "control", 16: "user-defined",
+              32: "byte"}
 
 
 @dataclass(frozen=True)
@@ -30,6 +43,10 @@ class VocabInfo:
     add_eos: bool
     eog: frozenset[int]
     texts: Sequence[bytes] = field(repr=False)  # texts[i]: the stored text of token i
+    pre: str = ""  # the pre-tokenizer (GGUF tokenizer.ggml.pre; "" when the file has none)
+    # types[i]: token i's llama_token_attr bits (kind, plus strip/normalize flags); empty
+    # when unknown, which compares equal to anything.
+    types: Sequence[int] = field(default=(), repr=False)
 
 
 class HasVocabInfo(Protocol):
@@ -42,16 +59,20 @@ VocabSource = VocabInfo | HasVocabInfo
 
 
 def compatibility_problems(a: VocabInfo, b: VocabInfo) -> list[str]:
-    """Human-readable differences between two vocabularies; empty when they are the same."""
+    """Human-readable differences between two vocabularies; empty when one can draft for the
+    other (sizes within MAX_VOCAB_PADDING of each other count as compatible)."""
     problems: list[str] = []
     if a.vocab_type != b.vocab_type:
         problems.append(f"tokenizer type {a.vocab_type} vs {b.vocab_type}")
-    if a.n_tokens != b.n_tokens:
-        problems.append(f"vocabulary size {a.n_tokens} vs {b.n_tokens}")
+    if a.pre != b.pre:
+        problems.append(f"pre-tokenizer {a.pre or 'none'} vs {b.pre or 'none'}")
+    if abs(a.n_tokens - b.n_tokens) > MAX_VOCAB_PADDING:
+        problems.append(f"vocabulary size {a.n_tokens} vs {b.n_tokens} (sizes may differ by "
+                        f"at most {MAX_VOCAB_PADDING} padding tokens)")
     problems.extend(_special_problems(a, b))
-    text_problem = _text_problem(a.texts, b.texts)
-    if text_problem:
-        problems.append(text_problem)
+    for problem in (_text_problem(a.texts, b.texts), _type_problem(a, b)):
+        if problem:
+            problems.append(problem)
     return problems
 
 
@@ -94,13 +115,38 @@ def _special_problems(a: VocabInfo, b: VocabInfo) -> list[str]:
 
 def _text_problem(ta: Sequence[bytes], tb: Sequence[bytes]) -> str | None:
     """One line: how many of the shared ids have different texts, with the first few."""
+    # map() compares pairs in C and stops at the shorter list: no Python loop over 150k ids.
     n = min(len(ta), len(tb))
-    differing = [i for i in range(n) if ta[i] != tb[i]]
-    if not differing:
+    differing = np.flatnonzero(np.fromiter(map(operator.ne, ta, tb), dtype=bool, count=n))
+    if not len(differing):
         return None
-    examples = ", ".join(f"id {i}: {_show(ta[i])} vs {_show(tb[i])}" for i in differing[:_EXAMPLES])
+    examples = ", ".join(f"id {i}: {_show(ta[i])} vs {_show(tb[i])}"
+                         for i in differing[:_EXAMPLES])
     more = ", ..." if len(differing) > _EXAMPLES else ""
     return f"{len(differing)} of {n} token texts differ ({examples}{more})"
+
+
+def _type_problem(a: VocabInfo, b: VocabInfo) -> str | None:
+    """One line: how many shared ids are a different kind of token, with the first few."""
+    if not len(a.types) or not len(b.types):
+        return None
+    n = min(len(a.types), len(b.types))
+    differing = np.flatnonzero(np.asarray(a.types[:n]) != np.asarray(b.types[:n]))
+    if not len(differing):
+        return None
+    examples = ", ".join(
+        f"id {i} {_show(a.texts[i]) if i < len(a.texts) else ''}: "
+        f"{_kind(a.types[i])} vs {_kind(b.types[i])}" for i in differing[:_EXAMPLES])
+    more = ", ..." if len(differing) > _EXAMPLES else ""
+    return f"{len(differing)} of {n} token types differ ({examples}{more})"
+
+
+def _kind(attr: int) -> str:
+    """A token attribute as words: its kind, plus 'with flags N' if only the flags differ."""
+    attr = int(attr)
+    kinds = [name for bit, name in _TYPE_BITS.items() if attr & bit] or ["undefined"]
+    rest = attr & ~sum(_TYPE_BITS)
+    return "+".join(kinds) + (f" (flags {rest:#x})" if rest else "")
 
 
 def _show(text: bytes) -> str:

@@ -36,6 +36,11 @@ def pull(name: str, *, quiet: bool = False, force: bool = False,
 def pull_preset(preset: Preset, *, quiet: bool = False, force: bool = False,
                 pip_args: Sequence[str] | None = None) -> Path:
     """Try each source in order; the first that yields a verified file wins."""
+    if preset.hf is not None:  # files in the HF cache, fetched the way -m owner/name is
+        from specchat.models.hffetch import resolve_ref
+        from specchat.models.hfref import require_ref
+
+        return resolve_ref(require_ref(preset.hf), quiet=quiet, force=force)
     final = store.model_path(preset)
     if store.is_present(preset) and not force:
         return final
@@ -46,7 +51,7 @@ def pull_preset(preset: Preset, *, quiet: bool = False, force: bool = False,
         raise DownloadError(f"cannot create the model cache {directory}: {exc.strerror or exc} "
                             f"(set SPECCHAT_CACHE to another folder)") from exc
     store.clean_stale(directory)
-    _say(quiet, f"downloading {preset.name} ({store.human_size(preset.size)}) to {final}")
+    say(quiet, f"downloading {preset.name} ({store.human_size(preset.size)}) to {final}")
     failures: list[str] = []
     for source in preset.sources:
         try:
@@ -54,10 +59,10 @@ def pull_preset(preset: Preset, *, quiet: bool = False, force: bool = False,
         except DownloadError as exc:
             failures.append(f"{source.kind}: {exc}")
             if source is not preset.sources[-1]:
-                _say(quiet, f"{source.label()}: {exc}; trying the next source")
+                say(quiet, f"{source.label()}: {exc}; trying the next source")
             continue
         store.write_sidecar(path, sha256)
-        _say(quiet, f"{preset.name}: verified sha256 {sha256[:16]}..., saved {path}")
+        say(quiet, f"{preset.name}: verified sha256 {sha256[:16]}..., saved {path}")
         return path
     raise DownloadError(f"could not download {preset.name}: " + "; ".join(failures))
 
@@ -106,9 +111,7 @@ def hub_unavailable_reason(timeout: float = PROBE_TIMEOUT_S) -> str | None:
             return f"{var} is set"
     if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
         return None  # only the proxy can reach the hub; a direct probe would prove nothing
-    from huggingface_hub import constants
-
-    parts = urlsplit(constants.ENDPOINT)
+    parts = urlsplit(hub_endpoint())
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
     address = _resolve(host, port, timeout)
@@ -119,6 +122,13 @@ def hub_unavailable_reason(timeout: float = PROBE_TIMEOUT_S) -> str | None:
     except OSError as exc:
         return f"hub host {host} unreachable ({exc.strerror or type(exc).__name__})"
     return None
+
+
+def hub_endpoint() -> str:
+    """HF_ENDPOINT read now: huggingface_hub reads it once at import, tests set it later."""
+    from huggingface_hub import constants
+
+    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
 
 def _resolve(host: str, port: int, timeout: float) -> tuple[str, int] | None:
@@ -181,6 +191,6 @@ def _verify_hub(preset: Preset, source: HubSource, path: Path) -> str:
     return sha256
 
 
-def _say(quiet: bool, message: str) -> None:
+def say(quiet: bool, message: str) -> None:
     if not quiet:
         print(f"specchat: {message}", file=sys.stderr, flush=True)

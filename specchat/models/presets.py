@@ -82,6 +82,8 @@ class Preset:
     sources: tuple[Source, ...]
     draft: str | None = None
     origin: str = SHIPPED_NAME  # the file that defined it, for error messages
+    hf: str | None = None  # a Hugging Face ref: the files live in the HF cache, not ours
+    family: str | None = None  # same family = a candidate draft, before anything is downloaded
 
 
 def user_config_path() -> Path:
@@ -154,8 +156,8 @@ def _parse_model(table: Any, origin: str, index: int) -> Preset:
     name = _get(table, "name", str, where)
     where = f"{origin}: model '{name}'"
     _check_name(name, where)
-    _reject_unknown(table, {"name", "file", "size", "role", "draft", "description", "source"},
-                    where)
+    _reject_unknown(table, {"name", "file", "size", "role", "draft", "description", "source",
+                            "hf", "family"}, where)
     filename = _get(table, "file", str, where)
     if Path(filename).name != filename or filename in ("", ".", "..") or "\\" in filename:
         # The file name is joined to the cache directory: never let it point elsewhere.
@@ -169,12 +171,19 @@ def _parse_model(table: Any, origin: str, index: int) -> Preset:
     raw_sources = _get(table, "source", list, where, default=[])
     sources = tuple(_parse_source(s, f"{where} source #{i}")
                     for i, s in enumerate(raw_sources, start=1))
-    if not sources:
-        raise UsageError(f"{where}: needs at least one [[model.source]]")
+    hf = _get(table, "hf", str, where, default=None)
+    if hf is not None:
+        from specchat.models.hfref import parse_ref
+
+        if parse_ref(hf) is None or sources:
+            raise UsageError(f"{where}: 'hf' must be owner/name[:QUANT] and replaces "
+                             f"[[model.source]], got {hf!r}")
+    elif not sources:
+        raise UsageError(f"{where}: needs at least one [[model.source]] (or hf = \"owner/name\")")
     return Preset(name=name, filename=filename, size=size, role=role,
                   description=_get(table, "description", str, where, default=""),
                   sources=sources, draft=_get(table, "draft", str, where, default=None),
-                  origin=origin)
+                  origin=origin, hf=hf, family=_get(table, "family", str, where, default=None))
 
 
 def _parse_source(table: Any, where: str) -> Source:

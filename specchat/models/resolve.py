@@ -1,6 +1,7 @@
-"""Turn what the user typed (a preset name or a path) into a GGUF file on disk.
+"""Turn what the user typed (a preset name, a path or a hub reference) into a GGUF file on disk.
 
-Preset names win over same-named files in the working directory; `./name` forces a path.
+Preset names win over same-named files in the working directory; `./name` forces a path and
+`hf.co/owner/name` forces a Hugging Face reference (the full rule: specchat.models.hfref).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 from specchat.errors import ModelError, UsageError
 from specchat.models import store
 from specchat.models.download import pull_preset
+from specchat.models.hfref import HfRef, has_hub_prefix, parse_ref, require_ref
 from specchat.models.presets import Preset, load_presets, unknown_preset_message
 
 
@@ -24,6 +26,11 @@ def looks_like_path(spec: str) -> bool:
 def resolve_model(spec: str, *, pull: bool = True, quiet: bool = False) -> Path:
     """The GGUF file for `spec`: a cached preset (pulled first if missing) or a checked path."""
     presets = load_presets()
+    ref = hub_ref_or_none(spec, presets)
+    if ref is not None:
+        from specchat.models.hffetch import resolve_ref
+
+        return store.check_gguf(resolve_ref(ref, pull=pull, quiet=quiet))
     preset = _preset_or_none(spec, presets)
     if preset is None:
         return store.check_gguf(Path(spec).expanduser())
@@ -39,9 +46,25 @@ def resolve_model(spec: str, *, pull: bool = True, quiet: bool = False) -> Path:
     return pull_preset(preset, quiet=quiet)
 
 
+def hub_ref_or_none(spec: str, presets: dict[str, Preset] | None = None) -> HfRef | None:
+    """The hub reference `spec` means, or None for a preset name or a path."""
+    presets = load_presets() if presets is None else presets
+    if spec in presets:
+        return None
+    if has_hub_prefix(spec):
+        return require_ref(spec)
+    if spec.startswith(("./", "../", "/", "~")) or spec.lower().endswith(".gguf") \
+            or Path(spec).exists():
+        return None
+    return parse_ref(spec)
+
+
 def default_draft_for(spec: str) -> str | None:
     """The default draft preset of `spec`; None for paths and presets that have none."""
-    preset = _preset_or_none(spec, load_presets())
+    presets = load_presets()
+    if hub_ref_or_none(spec, presets) is not None:
+        return None
+    preset = _preset_or_none(spec, presets)
     return None if preset is None else preset.draft
 
 

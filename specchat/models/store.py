@@ -40,6 +40,12 @@ def cache_dir() -> Path:
 
 def model_path(preset: Preset) -> Path:
     """Where the preset's file lives once downloaded (whether or not it is there yet)."""
+    if preset.hf is not None:
+        from specchat.models.hfcache import repo_dir, resolve_cached
+        from specchat.models.hfref import require_ref
+
+        ref = require_ref(preset.hf)
+        return resolve_cached(ref) or repo_dir(ref.repo) / preset.filename
     return cache_dir() / preset.filename
 
 
@@ -50,6 +56,11 @@ def sidecar_path(path: Path) -> Path:
 def is_present(preset: Preset) -> bool:
     """True when the preset's file is complete: of the size its verified pull recorded, else
     of the preset's size. A stat per start, so a truncated file is never loaded."""
+    if preset.hf is not None:
+        from specchat.models.hfcache import resolve_cached
+        from specchat.models.hfref import require_ref
+
+        return resolve_cached(require_ref(preset.hf)) is not None
     path = model_path(preset)
     try:
         size = path.stat().st_size

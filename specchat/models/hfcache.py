@@ -1,0 +1,158 @@
+"""The standard Hugging Face cache, read without huggingface_hub and without the network.
+
+Layout (shared with every hub tool): HF_HUB_CACHE/models--OWNER--NAME/ holds blobs/ (content),
+refs/REVISION (a commit id) and snapshots/COMMIT/PATH (links to blobs). A reference that is
+already here must start with no network call, so it is resolved from these folders alone.
+
+Which file a reference resolved to is recorded (hub-refs.json next to the specchat model
+cache): a later start picks the same file even when another quantization was added since.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from specchat import storage
+from specchat.errors import UsageError
+from specchat.models import store
+from specchat.models.hfref import GgufGroup, HfRef, choose, group_files
+
+
+def hub_cache_dir() -> Path:
+    """Where huggingface_hub keeps models, by its own rules (read at call time, not import)."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    home = os.environ.get("HF_HOME")
+    if not home:
+        home = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                   / "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def repo_dir(repo: str) -> Path:
+    return hub_cache_dir() / ("models--" + repo.replace("/", "--"))
+
+
+def records_path() -> Path:
+    return store.cache_dir().parent / "hub-refs.json"
+
+
+@dataclass(frozen=True)
+class CachedFile:
+    """One complete GGUF file in the cache, for `specchat models`."""
+
+    repo: str
+    file: str
+    size: int
+    path: Path
+
+
+def _snapshots(repo: str, revision: str) -> list[Path]:
+    """Snapshot folders of `repo`, the one `revision` points at first, then newest first."""
+    root = repo_dir(repo)
+    try:
+        folders = [p for p in (root / "snapshots").iterdir() if p.is_dir()]
+    except OSError:
+        return []
+    pointed = _read_ref(root, revision)
+    folders.sort(key=lambda p: (p.name != pointed and p.name != revision, -_mtime(p)))
+    return folders
+
+
+def _read_ref(root: Path, revision: str) -> str | None:
+    try:
+        return (root / "refs" / revision).read_text(encoding="utf-8").strip()
+    except (OSError, ValueError):
+        return None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _complete_files(snapshot: Path) -> dict[str, int]:
+    """Relative path -> size of every GGUF file whose blob is really there."""
+    found: dict[str, int] = {}
+    for path in snapshot.rglob("*.gguf"):
+        try:
+            size = path.stat().st_size  # follows the link: a dangling one raises
+        except OSError:
+            continue
+        found[path.relative_to(snapshot).as_posix()] = size
+    return found
+
+
+def resolve_cached(ref: HfRef) -> Path | None:
+    """The cached first file of what `ref` names, or None. Reads only the local disk.
+
+    A recorded resolution wins; else the choice rule (hfref.choose) applied to what is cached.
+    """
+    recorded = _recorded(ref)
+    if recorded is not None:
+        return recorded
+    for snapshot in _snapshots(ref.repo, ref.revision):
+        groups = group_files(_complete_files(snapshot))
+        if not groups:
+            continue
+        try:
+            group = choose(groups, ref, "the local cache")
+        except UsageError:  # not cached here is not an error: the hub decides
+            continue
+        return snapshot / group.first
+    return None
+
+
+def _recorded(ref: HfRef) -> Path | None:
+    entry = load_records().get(ref.key)
+    if not isinstance(entry, dict):
+        return None
+    commit, files = entry.get("commit"), entry.get("files")
+    if not isinstance(commit, str) or not isinstance(files, list) or not files:
+        return None
+    snapshot = repo_dir(ref.repo) / "snapshots" / commit
+    if all((snapshot / str(f)).is_file() for f in files):
+        return snapshot / str(files[0])
+    return None
+
+
+def load_records() -> dict[str, object]:
+    try:
+        data = json.loads(records_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def record(ref: HfRef, commit: str, group: GgufGroup) -> None:
+    """Remember what `ref` resolved to (best effort: a read-only disk only costs the memo)."""
+    records = load_records()
+    records[ref.key] = {"ref": str(ref), "commit": commit, "files": list(group.files)}
+    try:
+        storage.atomic_write(records_path(), json.dumps(records, indent=1, sort_keys=True),
+                             private=False)
+    except storage.StorageError:
+        pass
+
+
+def cached_gguf_files() -> Iterator[CachedFile]:
+    """Every complete GGUF file in the HF cache (first parts only for split files)."""
+    try:
+        repos = sorted(p for p in hub_cache_dir().iterdir() if p.name.startswith("models--"))
+    except OSError:
+        return
+    for root in repos:
+        repo = root.name.removeprefix("models--").replace("--", "/", 1)
+        seen: set[str] = set()
+        for snapshot in _snapshots(repo, "main"):
+            for group in group_files(_complete_files(snapshot)):
+                if group.first not in seen:
+                    seen.add(group.first)
+                    yield CachedFile(repo, group.first, group.size, snapshot / group.first)
