@@ -23,8 +23,11 @@ def write_padded_copy(src: Path, dst: Path, n_pad: int) -> Path:
     import gguf
 
     reader = gguf.GGUFReader(src)
-    arch = str(reader.get_field(gguf.Keys.General.ARCHITECTURE).contents())
-    n_old = len(reader.get_field(gguf.Keys.Tokenizer.LIST).data)
+    arch_field = reader.get_field(gguf.Keys.General.ARCHITECTURE)
+    tokens = reader.get_field(gguf.Keys.Tokenizer.LIST)
+    assert arch_field is not None and tokens is not None, f"{src} has no architecture or tokens"
+    arch = str(arch_field.contents())
+    n_old = len(tokens.data)
     writer = gguf.GGUFWriter(dst, arch=arch, endianess=reader.endianess)
     alignment = reader.get_field(gguf.Keys.General.ALIGNMENT)
     if alignment is not None:

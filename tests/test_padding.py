@@ -24,7 +24,7 @@ from specchat.engine.auto import AutoState
 from specchat.engine.cost import CostTable
 from specchat.engine.drafters import DraftModelDrafter
 from specchat.engine.events import Finished
-from specchat.engine.options import GenerationOptions, SamplingOptions
+from specchat.engine.options import SamplingOptions
 from specchat.engine.padding import pad_row, shared_logits
 from specchat.engine.sampling import sample
 from tests.fakes import FakeModel
@@ -84,7 +84,8 @@ def test_a_larger_target_is_exact_and_reaches_its_own_ids(sampling: SamplingOpti
     assert 0 < result.accepted < result.drafted
     emitted = {t for seq in result.counts for t in seq}
     assert emitted & {SHARED, SHARED + 1}, "target-only ids must still be emitted"
-    print(f"target larger, T={sampling.temperature}: acceptance {result.accepted / result.drafted:.3f}")
+    rate = result.accepted / result.drafted
+    print(f"target larger, T={sampling.temperature}: acceptance {rate:.3f}")
     assert_exact(result, exact_sequences(target, PROMPT, sampling))
 
 
@@ -96,7 +97,8 @@ def test_a_larger_draft_is_exact_and_never_proposes_ids_the_target_lacks(
     result = draw(target, options(sampling, "draft"), draft=draft)
     assert 0 < result.accepted < result.drafted
     assert seen and max(seen) < SHARED
-    print(f"draft larger, T={sampling.temperature}: acceptance {result.accepted / result.drafted:.3f}")
+    rate = result.accepted / result.drafted
+    print(f"draft larger, T={sampling.temperature}: acceptance {rate:.3f}")
     assert_exact(result, exact_sequences(target, PROMPT, sampling))
 
 

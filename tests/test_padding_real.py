@@ -25,7 +25,12 @@ import pytest
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.sampling import softmax
 from specchat.errors import ModelError, UsageError
-from specchat.llm import check_compatible, compatibility_problems, load_model, read_vocab_info
+from specchat.llm import (
+    check_compatible,
+    compatibility_problems,
+    load_model,
+    read_vocab_info,
+)
 from specchat.llm.backend import LlamaModel, requantize
 from tests.gguf_pad import write_padded_copy
 from tests.test_engine_real import (
@@ -85,6 +90,18 @@ def test_the_vocab_only_read_is_what_the_loaded_model_reports(padded: dict[str, 
     assert (read.pre, read.vocab_type, read.specials, read.eog) == (
         loaded.pre, loaded.vocab_type, loaded.specials, loaded.eog)
     assert read.pre == "smollm"
+
+
+def test_the_padded_copy_computes_the_same_logits_plus_zero_rows(
+        padded: dict[str, Path]) -> None:
+    """The writer changes nothing but the padding: shared logits are bit-identical, and the
+    zero embedding rows (SmolLM2 ties its output to them) give the new ids logit 0."""
+    with load_model(padded["smol"], n_ctx=128, n_threads=1) as smol, \
+            load_model(padded["pad64"], n_ctx=128, n_threads=1) as pad:
+        tokens = smol.tokenize("The lighthouse keeper looked at the sea and")
+        plain, wide = smol.eval(tokens, [-1])[0], pad.eval(tokens, [-1])[0]
+    assert wide.shape == (SMOL_VOCAB + 64,)
+    assert np.array_equal(wide[:SMOL_VOCAB], plain) and not wide[SMOL_VOCAB:].any()
 
 
 def test_a_non_gguf_file_is_a_model_error(tmp_path: Path) -> None:
