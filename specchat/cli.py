@@ -8,34 +8,55 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Annotated
 
 import typer
 
+from specchat import __version__
 from specchat.errors import EXIT_INTERRUPTED, EXIT_RUNTIME, SpecchatError
 
 app = typer.Typer(
     name="specchat",
-    help="Chat with a local GGUF model, faster through exact speculative decoding.",
+    help=f"Chat with a local GGUF model, faster through exact speculative decoding "
+    f"(specchat {__version__}).",
     no_args_is_help=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
-def _register_commands() -> None:
-    from specchat.commands import ask, bench, chat, doctor, models
+def _show_version(value: bool) -> None:
+    if value:
+        print(f"specchat {__version__}")
+        raise typer.Exit(0)
 
-    for module in (ask, chat, models, bench, doctor):
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.",
+                                          is_eager=True, callback=_show_version)] = False,
+) -> None:
+    """The app's own options; the commands do the work."""
+
+
+def _register_commands() -> None:
+    from specchat.commands import ask, bench, chat, config, doctor, history, models
+
+    for module in (ask, chat, history, config, models, bench, doctor):
         module.register(app)
 
 
 _register_commands()
 
+# What may come first on the command line without naming a command.
+_ROOT_OPTIONS = {"--help", "-h", "--version", "--install-completion", "--show-completion"}
+
 
 def _command_names() -> set[str]:
     names = {c.name or c.callback.__name__ for c in app.registered_commands if c.callback}
-    return names | {"--help", "-h", "--version"}
+    names |= {g.name for g in app.registered_groups if g.name}
+    return names | _ROOT_OPTIONS
 
 
 def route_argv(argv: Sequence[str], stdin_is_tty: bool) -> list[str]:
@@ -64,17 +85,12 @@ def _has_prompt(args: list[str]) -> bool:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: one-line errors and exit codes instead of tracebacks."""
     args = route_argv(sys.argv[1:] if argv is None else argv, sys.stdin.isatty())
-    if args == ["--version"]:
-        from specchat import __version__
-
-        print(f"specchat {__version__}")
-        return
     try:
         # Without standalone mode click returns exit codes instead of raising for some paths
         # (its own Ctrl-C handling returns 130): pass them on.
         code = app(args=args, prog_name="specchat", standalone_mode=False)
-        if code == EXIT_INTERRUPTED:
-            _fail("interrupted", EXIT_INTERRUPTED)
+        # A command that returns or raises 130 has already said "interrupted" (or needs not,
+        # like Ctrl-C on chat's empty prompt line): a second line would only repeat it.
         if isinstance(code, int) and code:
             sys.exit(code)
     except SpecchatError as exc:

@@ -14,6 +14,7 @@ flag > environment variable > profile > config file > built-in default.
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -85,8 +86,10 @@ def _checked(values: Mapping[str, Any], path: Path, where: str) -> dict[str, Any
         name = ALIASES.get(key.lower(), key.lower().replace("-", "_"))
         opt = BY_NAME.get(name)
         if opt is None:
-            raise UsageError(f"{path}: {where}unknown key {key!r}; keys are option names "
-                             f"(`specchat config` lists them) or [profile.NAME] tables")
+            near = difflib.get_close_matches(name, list(BY_NAME), n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise UsageError(f"{path}: {where}unknown key {key!r}{hint}; keys are option names "
+                             f"(`specchat config --help` lists them) or [profile.NAME] tables")
         try:
             out[name] = opt.from_text(value) if isinstance(value, str) and opt.kind is not str \
                 else opt.validate(value)

@@ -34,9 +34,19 @@ def _annotation(opt: Option, default: Any) -> Any:
         kind = str  # parsed by the schema ("auto", "random", ...), not by click
     help_text = f"{opt.help} (env: {opt.env})"
     shown = "" if default in (None, []) else opt.show(default)
+    complete = opt.complete
+    if complete is None and opt.choices:
+        complete = _complete_choices(opt.choices)
     info = typer.Option(*decls, help=help_text, show_default=shown or False,
-                        metavar=opt.metavar, rich_help_panel=_PANELS.get(opt.group))
+                        metavar=opt.metavar, rich_help_panel=_PANELS.get(opt.group),
+                        autocompletion=complete)
     return Annotated[Optional[kind], info]
+
+
+def _complete_choices(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
+    def complete(incomplete: str) -> list[str]:  # typer passes arguments by these names
+        return [c for c in choices if c.startswith(incomplete)]
+    return complete
 
 
 _PANELS = {"model": "Model", "generation": "Generation", "chat": "Chat",
@@ -70,6 +80,10 @@ def with_options(names: Iterable[str], *, defaults: Mapping[str, Any] | None = N
         def command(*args: Any, **kwargs: Any) -> Any:
             flags = {name: _from_flag(name, kwargs.pop(name, None)) for name in names}
             chosen = kwargs.pop(PROFILE_PARAM, None) if profile else None
+            if _subcommand_follows([*args, *kwargs.values()]):
+                # A group's callback before its subcommand (`config path`): the options are
+                # for the group's own action, and a broken config file must not stop it.
+                return func(*args, settings=None, **kwargs)
             settings = resolve(names, flags, profile=chosen, defaults=base_defaults,
                                flag_only=fixed)
             return func(*args, settings=settings, **kwargs)
@@ -82,6 +96,11 @@ def with_options(names: Iterable[str], *, defaults: Mapping[str, Any] | None = N
         return command
 
     return decorate
+
+
+def _subcommand_follows(values: Iterable[Any]) -> bool:
+    """Whether a typer.Context among a group callback's arguments names a subcommand."""
+    return any(isinstance(getattr(v, "invoked_subcommand", None), str) for v in values)
 
 
 def _from_flag(name: str, value: Any) -> Any:

@@ -42,6 +42,7 @@ class Option:
     live: bool = False  # can change mid-chat with /set
     secret: bool = False  # never printed in full
     metavar: str | None = None
+    complete: Callable[[str], list[str]] | None = None  # shell completion of the value
 
     @property
     def flag(self) -> str:
@@ -158,6 +159,16 @@ def _parse_seed(text: str) -> int | None:
         raise OptionError(f"seed needs an integer (-1: random), not {text!r}") from None
 
 
+def _complete_models(incomplete: str) -> list[str]:
+    from specchat.models.complete import model_candidates  # only when a shell asks
+
+    return model_candidates(incomplete)
+
+
+def _complete_drafts(incomplete: str) -> list[str]:
+    return [c for c in ["none", *_complete_models(incomplete)] if c.startswith(incomplete)]
+
+
 def _at_least(low: float, what: str = "") -> Checker:
     return lambda v: None if v >= low else f"must be >= {low:g}{what}"
 
@@ -189,9 +200,11 @@ _S = _G.sampling
 OPTIONS: tuple[Option, ...] = (
     # --- which models, and how they are loaded -------------------------------------------
     Option("model", str, None, "Target model: preset name, .gguf path, or Hugging Face "
-           "user/repo[:QUANT].", MODEL, short="-m", optional=True, metavar="MODEL"),
+           "user/repo[:QUANT].", MODEL, short="-m", optional=True, metavar="MODEL",
+           complete=_complete_models),
     Option("draft", str, None, "Draft model (like --model); 'none' for no draft model.",
-           MODEL, short="-d", optional=True, metavar="MODEL"),
+           MODEL, short="-d", optional=True, metavar="MODEL",
+           complete=_complete_drafts),
     Option("ctx", int, 4096, "Context size in tokens (0: the model's trained context).",
            MODEL, check=lambda v: None if v == 0 or v >= 16 else "must be 0 or >= 16"),
     Option("n_gpu_layers", int, None, "Layers to offload to the GPU: auto (as many as fit) "

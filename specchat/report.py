@@ -5,6 +5,8 @@ from __future__ import annotations
 from specchat.engine.auto import AutoState
 from specchat.engine.stats import Stats
 
+PROMPT_RATE_MIN_TOKENS = 32  # fewer evaluated tokens make a meaningless prompt tok/s
+
 
 def summary_line(stats: Stats, reason: str | None = None) -> str:
     """One compact line: tokens, speed, acceptance and tokens per target step."""
@@ -14,10 +16,23 @@ def summary_line(stats: Stats, reason: str | None = None) -> str:
         acc = stats.acceptance or 0.0
         parts.append(f"accepted {stats.accepted}/{stats.drafted} ({acc:.0%})")
     parts.append(f"{stats.tokens_per_step:.2f} tok/step")
-    parts.append(f"prompt {stats.prompt_tokens} tok in {stats.prompt_seconds:.2f}s")
+    parts.append(prompt_part(stats))
     if reason:
         parts.append(f"finish {reason}")
     return " · ".join(parts)
+
+
+def prompt_part(stats: Stats) -> str:
+    """'prompt 3092 tok (3040 cached) in 0.61s · first token 0.72s', with the prompt speed
+    when enough was evaluated for it to mean something."""
+    cached = f" ({stats.prompt_cached} cached)" if stats.prompt_cached else ""
+    text = f"prompt {stats.prompt_tokens} tok{cached} in {stats.prompt_seconds:.2f}s"
+    rate = stats.prompt_tokens_per_second
+    if rate is not None and stats.prompt_evaluated >= PROMPT_RATE_MIN_TOKENS:
+        text += f" ({rate:.0f} tok/s)"
+    if stats.first_token_seconds > 0:
+        text += f" · first token {stats.first_token_seconds:.2f}s"
+    return text
 
 
 def auto_lines(state: AutoState, draft_loaded: bool) -> list[str]:

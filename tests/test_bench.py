@@ -228,7 +228,7 @@ def test_json_document_schema() -> None:
     mark_greedy_matches(records, greedy=True)
     doc = to_json(BenchResult(records=records), ["off", "ngram"], {"max_tokens": 10})
     assert set(doc) == {"schema", "settings", "modes", "interrupted", "skipped", "records",
-                        "summary"}
+                        "summary", "first_token"}
     assert set(doc["summary"]) == {"qa", OVERALL}
     assert doc["summary"][OVERALL]["ngram"]["speedup"] == pytest.approx(2.0)
     assert doc["records"][1]["matched_off"] is True

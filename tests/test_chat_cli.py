@@ -22,6 +22,7 @@ from specchat.chat.store import conversation_files, load_conversation
 from specchat.commands import chat as chat_cmd
 from tests import chat_fakes as f
 from tests.clirun import FakeStdin, run_cli
+from tests.tmux import keys, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -168,17 +169,17 @@ def test_terminal_session_under_tmux(tmp_path: Path) -> None:
     subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "120", "-y", "40", cmd],
                    check=True)
     try:
-        screen = _wait_for(name, ">>> earlier question")
-        assert "/help for commands" in _wait_for(name, "/help for commands")
-        _keys(name, "hello there", "Enter")
+        screen = wait_for(name, ">>> earlier question")
+        assert "/help for commands" in wait_for(name, "/help for commands")
+        keys(name, "hello there", "Enter")
         time.sleep(1.0)
-        _keys(name, "C-c")
-        screen = _wait_for(name, "interrupted")
-        _keys(name, "/stats", "Enter")
-        screen = _wait_for(name, "answers      1 (1 interrupted)")
-        _keys(name, "typed but abandoned", "C-c")  # clears the line only
-        _keys(name, "C-c")
-        screen = _wait_for(name, "EXIT=130")
+        keys(name, "C-c")
+        screen = wait_for(name, "interrupted")
+        keys(name, "/stats", "Enter")
+        screen = wait_for(name, "answers      1 (1 interrupted)")
+        keys(name, "typed but abandoned", "C-c")  # clears the line only
+        keys(name, "C-c")
+        screen = wait_for(name, "EXIT=130")
         assert "error" not in screen  # leaving with Ctrl-C is not an error
         assert "Traceback" not in screen
     finally:
@@ -187,18 +188,3 @@ def test_terminal_session_under_tmux(tmp_path: Path) -> None:
     assert [t.user for t in turns] == ["earlier question", "hello there"]
     assert turns[1].interrupted
 
-
-def _keys(session: str, *keys: str) -> None:
-    subprocess.run(["tmux", "send-keys", "-t", session, *keys], check=True)
-
-
-def _wait_for(session: str, text: str, timeout: float = 20.0) -> str:
-    deadline = time.monotonic() + timeout
-    screen = ""
-    while time.monotonic() < deadline:
-        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
-                                capture_output=True, text=True).stdout
-        if text in screen:
-            return screen
-        time.sleep(0.1)
-    raise AssertionError(f"{text!r} never appeared on the screen:\n{screen}")

@@ -54,6 +54,8 @@ def test_detect(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     assert RenderConfig.detect(Tty(), Tty(), show_draft=True) == RenderConfig(
         False, False, False, True)
+    monkeypatch.setenv("NO_COLOR", "")  # set but empty: the convention says it does not count
+    assert RenderConfig.detect(Tty(), Tty()) == RenderConfig(True, True, False, True)
 
 
 def _rich_session(tmp: Path, **config: bool) -> tuple[object, Tty, Tty]:
@@ -71,7 +73,7 @@ def test_terminal_answer_is_markdown_on_stdout_status_on_stderr(tmp_path: Path,
     chat, out, err = _rich_session(tmp_path)
     answer = "# Title\n\n```python\nprint('hi')\n```\n"
     stats = Stats(mode="off", generated=3, steps=3, decode_seconds=0.1)
-    monkeypatch.setattr(chat.runtime, "stream", lambda tokens, options: iter([  # type: ignore
+    monkeypatch.setattr(chat.runtime, "stream", lambda tokens, options, **kw: iter([  # type: ignore
         Chunk(answer[:10], (1,), (False,), stats), Chunk(answer[10:], (2,), (False,), stats),
         __import__("specchat.engine.events", fromlist=["Finished"]).Finished(
             "eog", answer, (1, 2), stats)]))
@@ -96,3 +98,22 @@ def test_show_draft_colours_drafted_tokens(tmp_path: Path) -> None:
     assert "\x1b[32m" in printed  # the draft's (accepted) tokens are green
     plain = __import__("re").sub(r"\x1b\[[0-9;]*m", "", printed)
     assert plain.strip() == turn.assistant.strip()
+
+
+def test_prefill_progress_shows_in_the_status_line(tmp_path: Path, monkeypatch) -> None:  # type: ignore
+    from specchat.engine.events import Finished, Progress
+
+    chat, out, err = _rich_session(tmp_path)
+    stats = Stats(mode="off", generated=1, steps=1, decode_seconds=0.1)
+
+    def stream(tokens, options, progress=None):  # type: ignore[no-untyped-def]
+        progress(Progress(512, 3000, 0.5))  # under a second: not shown
+        progress(Progress(1024, 3000, 2.0))
+        yield Chunk("ok", (1,), (False,), stats)
+        yield Finished("eog", "ok", (1,), stats)
+
+    monkeypatch.setattr(chat.runtime, "stream", stream)
+    assert chat.ask("hi").assistant == "ok"  # type: ignore[attr-defined]
+    status = err.getvalue()
+    assert "reading the prompt 1024/3000 tokens (34%, 512 tok/s)" in status
+    assert "512/3000" not in status

@@ -255,7 +255,7 @@ def test_completion_comes_from_the_table(chat) -> None:  # type: ignore[no-untyp
         return [c.text for c in completer.get_completions(Document(text), CompleteEvent())]
 
     assert complete("/") == [c.name for c in COMMANDS]
-    assert complete("/s") == ["set", "show", "system", "save", "stats"]
+    assert complete("/s") == ["set", "show", "system", "save", "save-settings", "stats"]
     assert "temperature" in complete("/set te") and complete("/set spec ") == [
         "auto", "draft", "ngram", "off"]
     assert complete("/mode d") == ["draft"]

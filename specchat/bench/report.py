@@ -16,6 +16,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from specchat.bench import ttft
 from specchat.bench.runner import BASELINE, BenchResult, RunRecord
 from specchat.calibration import calibration_rows
 from specchat.engine.auto import AutoState
@@ -136,6 +137,8 @@ def to_json(result: BenchResult, modes: Sequence[str], settings: dict[str, Any])
         "skipped": [s.__dict__ for s in result.skipped],
         "records": [r.to_dict() for r in result.records],
         "summary": summary_to_dict(summarize(result.records, modes)),
+        "first_token": {"prompts": [f.to_dict() for f in result.first_tokens],
+                        "summary": ttft.summarize(result.first_tokens)},
     }
 
 

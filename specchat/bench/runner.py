@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specchat.bench.prompts import BenchPrompt
+from specchat.bench.ttft import FirstToken, warm_first_token
 from specchat.engine.events import Chunk, Finished
 from specchat.engine.options import SPEC_MODES, GenerationOptions
 from specchat.engine.protocol import common_prefix
 from specchat.errors import UsageError
+from specchat.promptcache import PromptCache
 from specchat.runtime import Runtime
 
 BASELINE = "off"
@@ -68,6 +70,7 @@ class BenchResult:
     records: list[RunRecord] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     interrupted: bool = False
+    first_tokens: list[FirstToken] = field(default_factory=list)  # cold and warm, per prompt
 
 
 @dataclass(frozen=True)
@@ -103,8 +106,12 @@ def mode_order(modes: Sequence[str], index: int) -> list[str]:
 
 def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], modes: Sequence[str],
               options: GenerationOptions, *, listener: Listener | None = None,
-              warmup: bool = True, clock: Clock = time.perf_counter) -> BenchResult:
-    """Answer every prompt in every mode; Ctrl-C keeps the prompts already complete."""
+              warmup: bool = True, clock: Clock = time.perf_counter,
+              prompt_cache: PromptCache | None = None) -> BenchResult:
+    """Answer every prompt in every mode; Ctrl-C keeps the prompts already complete.
+
+    With `prompt_cache` (an empty one, for this run only) each prompt also gets a warm time
+    to the first token through it (ttft.py)."""
     result = BenchResult()
     tokenized = _tokenize_all(runtime, prompts, options.max_tokens, result)
     try:
@@ -114,7 +121,13 @@ def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], modes: Sequence[
             runs = [_run_one(runtime, prompt, tokens, mode, position, options, clock, listener)
                     for position, mode in enumerate(mode_order(modes, index))]
             mark_greedy_matches(runs, greedy=options.sampling.greedy)
+            first = None
+            if prompt_cache is not None:
+                cold = next(r.stats for r in runs if r.mode == BASELINE)
+                first = warm_first_token(runtime, prompt, tokens, options, prompt_cache, cold)
             result.records.extend(runs)
+            if first is not None:
+                result.first_tokens.append(first)
     except KeyboardInterrupt:
         # The prompt in flight is dropped whole: a prompt missing a mode would bias sums.
         result.interrupted = True

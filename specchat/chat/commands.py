@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import json
-import re
 import time
-import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from specchat.chat import clipboard
+from specchat.chat import clipboard, settings, switch
 from specchat.chat.session import ChatSession
-from specchat.engine.options import SPEC_MODES, GenerationOptions, SamplingOptions
+from specchat.engine.options import SPEC_MODES
 from specchat.errors import UsageError
 from specchat.report import auto_lines
 
@@ -43,78 +38,6 @@ class Command:
     @property
     def usage(self) -> str:
         return f"/{self.name} {self.args}".rstrip()
-
-
-# --- /set: every sampling and generation option, typed from the dataclasses -------------
-ALIASES = {"temp": "temperature", "mode": "spec", "n": "max_tokens"}
-_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
-
-
-def option_types() -> dict[str, Any]:
-    hints = typing.get_type_hints(SamplingOptions) | typing.get_type_hints(GenerationOptions)
-    hints.pop("sampling", None)
-    return hints
-
-
-def flat_options(options: GenerationOptions) -> dict[str, Any]:
-    out = dataclasses.asdict(options.sampling)
-    out.update({f.name: getattr(options, f.name) for f in dataclasses.fields(options)
-                if f.name != "sampling"})
-    return out
-
-
-def parse_value(name: str, kind: Any, raw: str) -> Any:
-    """Turn what the user typed into the option's type; errors name the option."""
-    args = typing.get_args(kind)
-    if type(None) in args and raw.lower() in ("none", "off", "random", "-"):
-        return None
-    base = next((a for a in args if a is not type(None)), kind) if args else kind
-    if typing.get_origin(kind) is tuple:  # stop strings: "\n\n" or ["a", "b"] or none
-        if raw.lower() in ("none", "off", "-"):
-            return ()
-        if raw.startswith("["):
-            try:
-                return tuple(str(s) for s in json.loads(raw))
-            except (ValueError, TypeError):
-                raise UsageError(f"{name}: give a JSON list like [\"\\n\\n\", \"END\"]") from None
-        # Only \n, \t and \\ are escapes: anything else (non-ASCII included) stays as typed.
-        return (re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], raw),)
-    try:
-        return base(raw) if base in (int, float, str) else raw
-    except ValueError:
-        raise UsageError(f"{name} needs {'an integer' if base is int else 'a number'}, "
-                         f"not {raw!r}") from None
-
-
-def _set(session: ChatSession, arg: str) -> None:
-    parts = arg.split(None, 1)
-    current = flat_options(session.options)
-    if not parts:
-        session.renderer.lines(_option_lines(current))
-        return
-    name = ALIASES.get(parts[0].lower(), parts[0].lower().replace("-", "_"))
-    types = option_types()
-    if name not in types:
-        near = difflib.get_close_matches(name, list(types), n=1)
-        hint = f" (did you mean {near[0]}?)" if near else ""
-        raise UsageError(f"no option {parts[0]!r}{hint}; /set lists them")
-    if len(parts) == 1:
-        session.renderer.info(f"{name} = {current[name]!r}")
-        return
-    value = parse_value(name, types[name], parts[1].strip())
-    session.set_options(**{name: value})
-    session.renderer.dim(f"{name} = {value!r}")
-
-
-def _option_lines(values: dict[str, Any]) -> list[str]:
-    return [f"  {k:<15} {v!r}" for k, v in values.items()]
-
-
-def _complete_set(session: ChatSession, words: Sequence[str]) -> list[str]:
-    if len(words) <= 1:
-        return sorted(option_types())
-    name = ALIASES.get(words[0], words[0].replace("-", "_"))
-    return list(SPEC_MODES) if name == "spec" else []
 
 
 # --- the handlers ---------------------------------------------------------------------
@@ -147,7 +70,7 @@ def _show(session: ChatSession, arg: str) -> None:
         + (f"; {conv.start} oldest turns left out" if conv.start else ""),
         f"system    {conv.system or '(none)'}",
         f"saved to  {session.store.path} ({len(conv.turns)} turns)",
-        "options   " + "  ".join(f"{k}={v!r}" for k, v in flat_options(session.options).items()),
+        "options   " + settings.show_line(session),
     ]
     session.renderer.lines(lines + [f"note      {n}" for n in info.notes])
 
@@ -214,7 +137,7 @@ def _copy(session: ChatSession, arg: str) -> None:
 
 
 def _stats(session: ChatSession, arg: str) -> None:
-    lines = session.tally.lines()
+    lines = session.tally.lines() + switch.attachment_lines(session)
     if session.options.spec == "auto":
         lines += auto_lines(session.runtime.auto, session.runtime.draft is not None)
     session.renderer.lines(lines)
@@ -247,7 +170,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("help", "[command]", "this list, or one command's usage", _help, _command_names,
             aliases=("?",)),
     Command("set", "<option> <value>", "change a sampling or speculation option (no "
-            "argument: list them)", _set, _complete_set),
+            "argument: list them)", settings.set_command, settings.complete_set),
     Command("show", "", "model files, chat template, context use, options", _show),
     Command("system", "<text>", "set the system prompt (- removes it; none: show it)",
             _system),
@@ -255,11 +178,18 @@ COMMANDS: tuple[Command, ...] = (
     Command("regen", "", "answer the last question again", _regen),
     Command("undo", "", "remove the last question and its answer", _undo),
     Command("save", "[file]", "save a copy (.jsonl, or .md for a transcript)", _save),
+    Command("save-settings", "[file]", "write the current settings to the config file "
+            "(comments and profiles kept)", settings.save_command),
     Command("load", "<file>", "continue a saved conversation", _load),
+    Command("read", "<file>", "attach a file's text to your next message", switch.read),
     Command("copy", "[N]", "copy the last answer, or its code block N, to the clipboard",
             _copy),
     Command("stats", "", "session statistics, acceptance by draft position", _stats),
     Command("mode", "draft|ngram|off|auto", "how to speculate", _mode, _modes),
+    Command("model", "<name|path>", "switch the target model; the conversation stays",
+            switch.model, switch.complete_models),
+    Command("draft", "<name|path|none>", "switch the draft model (none: no draft model)",
+            switch.draft, switch.complete_drafts),
     Command("bye", "", "leave", _bye, aliases=("exit", "quit")),
 )
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specchat.chat.attach import Attachment, compose
 from specchat.errors import UsageError
 
 Message = dict[str, str]
@@ -27,6 +28,12 @@ class Turn:
     interrupted: bool = False
     reason: str = ""  # the engine's finish reason; "" when interrupted
     stats: dict[str, Any] | None = None
+    attachments: list[Attachment] = field(default_factory=list)  # files sent with `user`
+
+    @property
+    def message(self) -> str:
+        """What the model was sent: the attached files, then the question."""
+        return compose(self.attachments, self.user)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"user": self.user, "assistant": self.assistant}
@@ -36,13 +43,21 @@ class Turn:
             out["reason"] = self.reason
         if self.stats is not None:
             out["stats"] = self.stats
+        if self.attachments:
+            out["attachments"] = [a.to_dict() for a in self.attachments]
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Turn:
         return cls(user=str(data.get("user", "")), assistant=str(data.get("assistant", "")),
                    interrupted=bool(data.get("interrupted", False)),
-                   reason=str(data.get("reason", "")), stats=data.get("stats"))
+                   reason=str(data.get("reason", "")), stats=data.get("stats"),
+                   attachments=_attachments(data.get("attachments")))
+
+
+def _attachments(raw: Any) -> list[Attachment]:
+    items = [Attachment.from_dict(a) for a in raw] if isinstance(raw, list) else []
+    return [a for a in items if a is not None]
 
 
 @dataclass
@@ -69,7 +84,7 @@ class Conversation:
         if self.system:
             out.append({"role": "system", "content": self.system})
         for turn in self.turns[first:]:
-            out.append({"role": "user", "content": turn.user})
+            out.append({"role": "user", "content": turn.message})
             out.append({"role": "assistant", "content": turn.assistant})
         if pending_user is not None:
             out.append({"role": "user", "content": pending_user})

@@ -1,6 +1,6 @@
 """Terminal output of the chat: the streaming answer, the live status line, notes.
 
-On a terminal (stdout and stderr both TTYs, NO_COLOR unset) the answer streams inside a rich
+On a terminal (stdout and stderr both TTYs, NO_COLOR unset or empty) the answer streams inside a rich
 Live region on stderr that shows the tail of the answer plus the status line; when the answer
 ends the region vanishes and the finished answer is printed once to stdout, as Markdown with
 highlighted code unless --plain. So stdout receives exactly the answer, the status line never
@@ -25,8 +25,9 @@ from rich.segment import Segment
 from rich.text import Text
 
 from specchat.chat.conversation import Turn
-from specchat.engine.events import Chunk, Finished
+from specchat.engine.events import Chunk, Finished, Progress
 from specchat.engine.stats import Stats
+from specchat.progress import SHOW_AFTER_SECONDS, progress_text
 
 DRAFT_STYLE = "green"
 LIVE_MARKDOWN_CHARS = 4000
@@ -45,7 +46,8 @@ class RenderConfig:
     def detect(cls, out: TextIO, err: TextIO, *, plain: bool = False,
                show_draft: bool = False) -> RenderConfig:
         tty = _isatty(out) and _isatty(err)
-        rich = tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+        # NO_COLOR counts only when non-empty (no-color.org's wording)
+        rich = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
         return cls(rich=rich, markdown=rich and not plain, show_draft=rich and show_draft,
                    summary=_isatty(err))
 
@@ -96,6 +98,8 @@ def summary_text(stats: Stats, draft_name: str | None, reason: str | None) -> st
         parts.append(f"≈{est:.2f}x est.")
     new = stats.prompt_tokens - stats.prompt_cached
     parts.append(f"prompt +{new} tok {stats.prompt_seconds * 1000:.0f} ms")
+    if stats.first_token_seconds > 0:
+        parts.append(f"first token {stats.first_token_seconds * 1000:.0f} ms")
     line = " · ".join(parts)
     return f"{line} · {REASONS[reason]}" if reason in REASONS else line
 
@@ -174,6 +178,14 @@ class AnswerView:
             self._view.text.append(chunk.text)
         self._view.status = Text(status_text(chunk.stats, self.r.draft_name), style="dim",
                                  no_wrap=True, overflow="ellipsis")
+        self._refresh()
+
+    def progress(self, progress: Progress) -> None:
+        """The prefill's progress in the status line, once it has taken over a second."""
+        if self._live is None or self._view is None or progress.seconds < SHOW_AFTER_SECONDS:
+            return
+        text = progress_text(progress).removeprefix("specchat: ")
+        self._view.status = Text(text + "…", style="dim", no_wrap=True, overflow="ellipsis")
         self._refresh()
 
     def _pieces(self, chunk: Chunk) -> list[tuple[str, bool]]:

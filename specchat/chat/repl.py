@@ -1,6 +1,7 @@
 """The prompt-toolkit REPL: reading lines, multi-line input, completion, the main loop.
 
-Keys: Enter sends; Esc then Enter inserts a newline; a message that starts with \"\"\" goes on
+Keys: Enter sends; Esc then Enter inserts a newline; Ctrl-R searches earlier prompts
+(prompt-toolkit's reverse search; Enter takes the found line); a message that starts with \"\"\" goes on
 until the closing \"\"\"; bracketed paste inserts pasted newlines without sending. Ctrl-C
 clears a non-empty line and leaves on an empty one (exit 130); Ctrl-D on an empty line
 leaves with 0. Ctrl-C during an answer is handled by ChatSession.ask (the answer stops).
@@ -14,12 +15,13 @@ from pathlib import Path
 from prompt_toolkit import PromptSession
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
 from prompt_toolkit.document import Document
-from prompt_toolkit.filters import Condition
+from prompt_toolkit.filters import Condition, is_searching
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.input import Input
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.output import Output
 
+from specchat import storage
 from specchat.chat.commands import COMMANDS, ExitChat, dispatch, is_command, lookup
 from specchat.chat.session import ChatSession
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError
@@ -64,7 +66,7 @@ class SlashCompleter(Completer):
         cmd = lookup(words[0])
         if cmd is None:
             return
-        if cmd.name in ("load", "save"):
+        if cmd.name in ("load", "save", "read", "save-settings"):
             sub = Document(text.split(" ", 1)[1])
             yield from self.paths.get_completions(sub, complete_event)
             return
@@ -79,17 +81,19 @@ class SlashCompleter(Completer):
 def key_bindings() -> KeyBindings:
     kb = KeyBindings()
     block_open = Condition(lambda: _current_text_in_block())
+    # While Ctrl-R searches, Enter belongs to the search (it accepts the found line).
+    typing = ~is_searching
 
-    @kb.add("enter", filter=~block_open)
+    @kb.add("enter", filter=typing & ~block_open)
     def _send(event: KeyPressEvent) -> None:
         event.current_buffer.validate_and_handle()
 
-    @kb.add("enter", filter=block_open)
-    @kb.add("escape", "enter")
+    @kb.add("enter", filter=typing & block_open)
+    @kb.add("escape", "enter", filter=typing)
     def _newline(event: KeyPressEvent) -> None:
         event.current_buffer.insert_text("\n")
 
-    @kb.add("c-c")
+    @kb.add("c-c", filter=typing)  # while searching, Ctrl-C only ends the search
     def _interrupt(event: KeyPressEvent) -> None:
         buffer = event.current_buffer
         if buffer.text:
@@ -112,10 +116,13 @@ def make_prompt(chat: ChatSession, *, history_path: Path | None,
     history: History = InMemoryHistory()
     if history_path is not None:
         try:
-            history_path.parent.mkdir(parents=True, exist_ok=True)
+            # Private before the first line lands: FileHistory itself creates files 0644.
+            storage.append_bytes(history_path, b"")
+            storage.ensure_private(history_path)
             history = FileHistory(str(history_path))
-        except OSError as exc:
-            chat.renderer.note(f"input history not kept ({history_path}: {exc.strerror})")
+        except (OSError, SpecchatError) as exc:
+            chat.renderer.note(f"input history not kept ({history_path}: "
+                               f"{getattr(exc, 'strerror', None) or exc})")
     return PromptSession(
         message=PROMPT, multiline=True, prompt_continuation=CONTINUATION,
         history=history, completer=SlashCompleter(chat), complete_while_typing=True,

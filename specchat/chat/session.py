@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specchat.chat.attach import Attachment, check_fits, compose, read_attachment, token_count
 from specchat.chat.conversation import Conversation, Turn
 from specchat.chat.render import Renderer
 from specchat.chat.store import Store, load_conversation, save_copy
 from specchat.chat.tally import Tally
-from specchat.engine.events import Chunk, Finished
+from specchat.engine.events import Chunk, Finished, Progress
 from specchat.engine.options import GenerationOptions, OptionError
 from specchat.engine.protocol import ContextFullError
 from specchat.errors import SpecchatError, UsageError
@@ -46,22 +47,44 @@ class ChatSession:
     store: Store = field(default_factory=Store)
     errors: ErrorLog = field(default_factory=ErrorLog)
     tally: Tally = field(default_factory=Tally)
+    pending: list[Attachment] = field(default_factory=list)  # files for the next message
+    attached_tokens: int = 0  # what files attached in this session took
+    plain: bool = False  # --plain / /set plain: no Markdown
+    wants_show_draft: bool = False  # --show-draft (the renderer may be unable to colour)
 
     # --- turns ------------------------------------------------------------------------
-    def ask(self, text: str) -> Turn | None:
-        """Answer `text` with the whole history; keep the turn (even a partial one)."""
+    def attach(self, name: str) -> int:
+        """Read a file for the next message (/read, -f); returns the tokens it takes."""
+        attachment = read_attachment(name)
+        tokens = token_count(attachment, self.runtime.raw_tokens)
+        check_fits(attachment, tokens, self.runtime.target.n_ctx)
+        self.pending.append(attachment)
+        self.attached_tokens += tokens
+        return tokens
+
+    def ask(self, text: str, attachments: list[Attachment] | None = None) -> Turn | None:
+        """Answer `text` (after any attached files) with the whole history; keep the turn
+        (even a partial one)."""
+        files = list(self.pending if attachments is None else attachments)
         n_ctx = self.runtime.target.n_ctx
         reserve = min(self.options.max_tokens, max(n_ctx // 4, 1))
-        fitted = self.conversation.fit(text, self.runtime.chat_tokens, n_ctx, reserve)
+        fitted = self.conversation.fit(compose(files, text), self.runtime.chat_tokens, n_ctx,
+                                       reserve)
         if fitted.newly_dropped:
             self.renderer.note(
                 f"context full: the {fitted.newly_dropped} oldest turn"
                 f"{'s' if fitted.newly_dropped > 1 else ''} left out of the prompt from now on "
                 "(still in the saved conversation)")
-        events = self.runtime.stream(fitted.tokens, self.options)
+        shown: list[Any] = []  # the answer view, once open: the prefill runs inside it
+
+        def progress(p: Progress) -> None:
+            if shown:
+                shown[0].progress(p)
+        events = self.runtime.stream(fitted.tokens, self.options, progress=progress)
         finished: Finished | None = None
         interrupted = False
         with self.renderer.answer() as view:
+            shown.append(view)
             try:
                 for event in events:
                     if isinstance(event, Chunk):
@@ -79,12 +102,12 @@ class ChatSession:
                 close = getattr(events, "close", None)
                 if close is not None:
                     close()
-            turn = self._commit(text, view.text, finished, interrupted, view)
+            turn = self._commit(text, view.text, finished, interrupted, view, files)
             view.finish(finished, interrupted)
         return turn
 
     def _commit(self, text: str, partial: str, finished: Finished | None,
-                interrupted: bool, view: Any) -> Turn | None:
+                interrupted: bool, view: Any, files: list[Attachment]) -> Turn | None:
         """Keep the turn and write it to disk right away, before anything is printed."""
         stats = finished.stats if finished is not None else view.stats
         answer = finished.text if finished is not None else partial
@@ -92,7 +115,9 @@ class ChatSession:
             return None  # nothing was said yet: no turn to keep (the question is in history)
         turn = Turn(user=text, assistant=answer, interrupted=interrupted,
                     reason=finished.reason if finished is not None else "",
-                    stats=stats.to_dict() if stats is not None else None)
+                    stats=stats.to_dict() if stats is not None else None,
+                    attachments=files)
+        self.pending = []  # sent: the files now live in the turn
         self.conversation.add(turn)
         self.store.append({"type": "turn", **turn.to_dict()})
         if stats is not None:
@@ -107,7 +132,7 @@ class ChatSession:
         if self.options.sampling.greedy:
             self.renderer.dim("temperature is 0, so the answer will be the same "
                               "(/set temperature 0.7 for a different one)")
-        return self.ask(last.user)
+        return self.ask(last.user, attachments=last.attachments)
 
     def undo(self) -> Turn:
         last = self.conversation.undo()
@@ -151,6 +176,18 @@ class ChatSession:
         self.runtime.effective_options(options)  # raises UsageError if it cannot run
         self.options = options
         return options
+
+    def use_runtime(self, runtime: Runtime, spec: str | None = None) -> None:
+        """Answer with `runtime` from now on (after /model or /draft); the turns stay."""
+        self.runtime = runtime
+        options = self.options.with_values(spec=spec) if spec else self.options
+        self.options = runtime.effective_options(options)
+        self.renderer.draft_name = runtime.info.draft_name
+        self.renderer.token_bytes = getattr(runtime.target, "token_bytes", None)
+        models = {"model": runtime.info.target_name, "draft": runtime.info.draft_name}
+        self.store.meta.update(models)
+        if self.store.path.exists():
+            self.store.append({"type": "models", **models})
 
     def context_use(self) -> tuple[int, int]:
         """Tokens the history takes now (as the next prompt would send it), and n_ctx."""

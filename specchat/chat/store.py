@@ -152,7 +152,7 @@ def transcript(conversation: Conversation) -> str:
         parts.append(f"**System:** {conversation.system}\n")
     for turn in conversation.turns:
         mark = " *(interrupted)*" if turn.interrupted else ""
-        parts.append(f"## You\n\n{turn.user}\n\n## Assistant{mark}\n\n{turn.assistant}\n")
+        parts.append(f"## You\n\n{turn.message}\n\n## Assistant{mark}\n\n{turn.assistant}\n")
     return "\n".join(parts)
 
 

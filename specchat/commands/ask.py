@@ -11,14 +11,18 @@ from typing import Annotated, Optional
 
 import typer
 
+from specchat.chat.attach import Attachment, compose, measure, read_files
 from specchat.commands import common as c
 from specchat.config import Settings
 from specchat.engine.events import Chunk, Finished
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, UsageError
 from specchat.optflags import with_options
+from specchat.progress import PrefillProgress
+from specchat.promptcache import PromptCache, prompt_cache_dir, size_limit
 from specchat.report import summary_line
 from specchat.runtime import Runtime, open_runtime
+
 
 def register(app: typer.Typer) -> None:
     app.command("ask", help="Answer one prompt (argument and/or stdin) and exit.")(ask)
@@ -34,25 +38,42 @@ def ask(
                      "at the end.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, "
                         "tokens, finish reason, statistics) instead of the text.")] = False,
+    files: c.FilesFlag = None,
     *, settings: Settings,
 ) -> None:
     options = c.options_from(settings)
-    text = read_prompt(prompt)
+    attached = read_files(files or [])
+    text = read_prompt(prompt, stdin_free="-" not in (files or []), files=bool(attached))
+    cache_limit = size_limit()  # a bad $SPECCHAT_PROMPT_CACHE is refused before loading
     with open_runtime(c.load_settings(settings, quiet=json_out)) as runtime:
-        tokens = prompt_tokens(runtime, text, settings["system"], raw)
+        runtime.prompt_cache = PromptCache(prompt_cache_dir(), cache_limit)
+        counts = measure(attached, runtime.raw_tokens, runtime.target.n_ctx)
+        tokens = prompt_tokens(runtime, compose(attached, text), settings["system"], raw)
         finished = stream_answer(runtime, tokens, options, echo=not json_out)
+        if finished is not None:
+            runtime.remember_prompt(tokens, finished.stats)
     if finished is None:
         raise typer.Exit(EXIT_INTERRUPTED)
     if json_out:
-        print(json.dumps(answer_json(runtime, finished), ensure_ascii=False))
+        out = answer_json(runtime, finished)
+        out["attachments"] = [{"name": a.name, "tokens": n} for a, n in zip(attached, counts)]
+        print(json.dumps(out, ensure_ascii=False))
     if stats:
         print(summary_line(finished.stats, finished.reason), file=sys.stderr)
+        if attached:
+            print(attachments_line(attached, counts), file=sys.stderr)
 
 
-def read_prompt(words: list[str] | None) -> str:
-    """stdin (when piped) first, then the prompt words; an empty result is a usage error."""
+def attachments_line(attached: list[Attachment], counts: list[int]) -> str:
+    names = ", ".join(f"{a.name} {n} tok" for a, n in zip(attached, counts))
+    return f"attachments: {sum(counts)} tokens ({names})"
+
+
+def read_prompt(words: list[str] | None, stdin_free: bool = True, files: bool = False) -> str:
+    """stdin (when piped and not attached with -f -) first, then the prompt words; an empty
+    result is a usage error unless files were attached (they are the message then)."""
     parts: list[str] = []
-    if not sys.stdin.isatty():
+    if stdin_free and not sys.stdin.isatty():
         data = sys.stdin.buffer.read()
         piped = data.decode("utf-8", errors="replace")
         if "\ufffd" in piped and b"\xef\xbf\xbd" not in data:
@@ -63,7 +84,7 @@ def read_prompt(words: list[str] | None) -> str:
     if words:
         parts.append(" ".join(words))
     text = "\n\n".join(parts)
-    if not text.strip():
+    if not text.strip() and not files:
         raise UsageError('empty prompt: give one as an argument (specchat "...") or on stdin')
     return text
 
@@ -88,19 +109,24 @@ def prompt_tokens(runtime: Runtime, text: str, system: str | None, raw: bool) ->
 
 def stream_answer(runtime: Runtime, tokens: list[int], options: GenerationOptions,
                   echo: bool) -> Finished | None:
-    """Stream chunks to stdout; None when Ctrl-C stopped the answer."""
-    events = runtime.stream(tokens, options)
+    """Stream chunks to stdout; None when Ctrl-C stopped the answer (or its prefill)."""
+    progress = PrefillProgress(enabled=None if echo else False)
+    events = runtime.stream(tokens, options, progress=progress)
     finished: Finished | None = None
+    started = False
     try:
         for event in events:
+            progress.clear()
             if isinstance(event, Chunk) and echo and event.text:
+                started = True
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
             elif isinstance(event, Finished):
                 finished = event
     except KeyboardInterrupt:
         events.close()
-        if echo:
+        progress.clear()
+        if echo and started:
             sys.stdout.write("\n")
         print("specchat: interrupted", file=sys.stderr)
         return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -25,6 +26,7 @@ from rich.progress import (
 )
 
 from specchat.bench import prompts as bp
+from specchat.bench import ttft
 from specchat.bench.report import print_calibration, render, summarize, to_json
 from specchat.bench.runner import BenchResult, Step, parse_modes, run_bench
 from specchat.commands import common as c
@@ -32,6 +34,7 @@ from specchat.config import Settings
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
 from specchat.optflags import with_options
 from specchat.options import MODEL, group
+from specchat.promptcache import PromptCache
 from specchat.runtime import Runtime, measured_auto_state, open_runtime
 
 DEFAULT_MODES = ("auto", "ngram", "draft")
@@ -86,9 +89,11 @@ def bench(
                               runtime.info.draft_name)
             return
         mode_list = _available_modes(runtime, mode_list, explicit=modes is not None)
-        with _progress(len(chosen) * len(mode_list)) as listener:
+        with _progress(len(chosen) * len(mode_list)) as listener, \
+                tempfile.TemporaryDirectory(prefix="specchat-bench-") as cache_dir:
             result = run_bench(runtime, chosen, mode_list, options, listener=listener,
-                               warmup=warmup)
+                               warmup=warmup,
+                               prompt_cache=PromptCache(Path(cache_dir), min_new_tokens=0))
         described = _settings(file, categories, limit, mode_list, options, runtime, ctx)
     _report(result, mode_list, described, json_file, greedy=options.sampling.greedy)
     if not result.records and not result.interrupted:
@@ -176,6 +181,7 @@ def _report(result: BenchResult, modes: list[str], settings: dict[str, Any],
         print("specchat: interrupted: the tables cover the prompts completed in every mode",
               file=sys.stderr)
     render(console, summarize(result.records, modes), greedy)
+    ttft.render(console, result.first_tokens)
     if json_file is None:
         return
     document = json.dumps(to_json(result, modes, settings), ensure_ascii=False, indent=1)

@@ -12,11 +12,11 @@ import typer
 from prompt_toolkit.output import Output, create_output
 
 from specchat.chat import repl
+from specchat.chat.attach import Attachment, measure, read_files
 from specchat.chat.conversation import Conversation
 from specchat.chat.render import Renderer, RenderConfig
 from specchat.chat.session import ChatSession, ErrorLog
-from specchat.chat.store import (Store, history_file, latest_file, load_conversation,
-                                 state_dir, summaries)
+from specchat.chat.store import Store, history_file, latest_file, load_conversation, state_dir
 from specchat.commands import common as c
 from specchat.config import Settings
 from specchat.engine.options import GenerationOptions
@@ -27,7 +27,6 @@ from specchat.runtime import Runtime, open_runtime
 def register(app: typer.Typer) -> None:
     app.command("chat", help="Chat in the terminal (piped stdin: answer it once and exit).")(
         chat)
-    app.command("history", help="List saved conversations, newest first.")(history)
 
 
 @with_options(c.CHAT_OPTIONS)
@@ -36,6 +35,7 @@ def chat(
                          "conversation.")] = False,
     load: Annotated[Optional[Path], typer.Option("--load", help="Resume a saved conversation "
                     "file (new turns go to a new file).", dir_okay=False)] = None,
+    files: c.FilesFlag = None,
     *, settings: Settings,
 ) -> None:
     options = c.options_from(settings)
@@ -44,6 +44,10 @@ def chat(
     if continue_ and load is not None:
         raise UsageError("--continue and --load both pick a conversation: give one")
     piped = not sys.stdin.isatty()
+    if piped and "-" in (files or []):
+        raise UsageError("-f - takes stdin, which then holds no question: use "
+                         "`specchat ask -f - \"question\"` for that")
+    attached = read_files(files or [])
     question = sys.stdin.buffer.read().decode("utf-8", errors="replace") if piped else ""
     if piped and not question.strip():
         return  # `specchat chat < /dev/null`: nothing asked, nothing to do
@@ -53,6 +57,7 @@ def chat(
             session = make_session(runtime, options, conversation, store, errors,
                                    plain=settings["plain"], show_draft=settings["show_draft"])
             apply_system(session, settings["system"])
+            attach(session, attached)
             code = one_shot(session, question) if piped else interactive(session)
     except (SpecchatError, KeyboardInterrupt, typer.Exit):
         raise
@@ -90,7 +95,20 @@ def make_session(runtime: Runtime, options: GenerationOptions, conversation: Con
     store.meta.update({"model": runtime.info.target_name, "draft": runtime.info.draft_name})
     options = runtime.effective_options(options)
     return ChatSession(runtime=runtime, options=options, renderer=renderer,
-                       conversation=conversation, store=store, errors=errors)
+                       conversation=conversation, store=store, errors=errors, plain=plain,
+                       wants_show_draft=show_draft)
+
+
+def attach(session: ChatSession, attached: list[Attachment]) -> None:
+    """-f files go with the first message; a file too large for the context is refused."""
+    if not attached:
+        return
+    counts = measure(attached, session.runtime.raw_tokens, session.runtime.target.n_ctx)
+    session.pending = list(attached)
+    session.attached_tokens += sum(counts)
+    names = ", ".join(f"{a.name} ({n} tokens)" for a, n in zip(attached, counts))
+    if session.renderer.config.summary:
+        session.renderer.dim(f"attached {names}: they go with the first message")
 
 
 def apply_system(session: ChatSession, system: str | None) -> None:
@@ -145,17 +163,3 @@ def open_error_log() -> ErrorLog:
     logger.propagate = False
     print(f"specchat: verbose log: {path}", file=sys.stderr)
     return ErrorLog(path, logger)
-
-
-def history(
-    limit: Annotated[int, typer.Option("--limit", "-n", help="How many to list.")] = 20,
-) -> None:
-    rows = list(summaries(limit))
-    if not rows:
-        print("no saved conversations yet", file=sys.stderr)
-        return
-    for i, row in enumerate(rows, 1):
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.modified))
-        first = row.first if len(row.first) <= 50 else row.first[:49] + "…"
-        print(f"{i:>3}  {when}  {row.turns:>3} turns  {row.model or '?':<18}  {first}")
-        print(f"     {row.path}")

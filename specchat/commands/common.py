@@ -6,11 +6,20 @@ The options themselves are declared once, in specchat.options.
 
 from __future__ import annotations
 
+from typing import Annotated, Optional
+
+import typer
+
 from specchat.config import Settings
 from specchat.engine.options import GenerationOptions
 from specchat.errors import UsageError
 from specchat.options import CHAT, GENERATION, MODEL, generation_options, group
 from specchat.runtime import LoadSettings
+
+FilesFlag = Annotated[Optional[list[str]], typer.Option(
+    "--file", "-f", metavar="PATH", show_default=False,
+    help="Put this file's text in the message, before the prompt (repeatable; - reads "
+    "stdin).")]
 
 ASK_OPTIONS = group(MODEL, GENERATION)
 CHAT_OPTIONS = group(MODEL, GENERATION, CHAT)

@@ -8,7 +8,7 @@ step it calls `rollback(context)`; on any exit it calls `reset(context)`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -49,17 +49,30 @@ class Drafter(Protocol):
         ...
 
 
-def fill_cache(model: LogitsModel, tokens: Sequence[int]) -> int:
+PREFILL_CHUNK = 512  # tokens per prefill call (= the backend's n_batch): progress granularity
+
+
+def fill_cache(model: LogitsModel, tokens: Sequence[int], *, chunk: int = PREFILL_CHUNK,
+               progress: Callable[[int, int], None] | None = None) -> int:
     """Make the cache hold exactly `tokens`, reusing the cached common prefix.
 
-    Returns how many tokens were evaluated. One logits row is asked for and thrown away:
-    it costs nothing and spares backends a zero-row request.
+    Evaluates in calls of at most `chunk` tokens, cut at multiples of `chunk` so that a
+    prefill resumed from a cached prefix splits the rest like a fresh one; after each call
+    `progress(done, total)` hears how far it got. Returns how many tokens were evaluated.
+    One logits row per call is asked for and thrown away: it costs next to nothing and
+    spares backends a zero-row request.
     """
     keep = common_prefix(model.tokens, tokens)
     model.truncate(keep)
-    if keep < len(tokens):
-        model.eval(list(tokens[keep:]), [-1])
-    return len(tokens) - keep
+    total = len(tokens) - keep
+    pos = keep
+    while pos < len(tokens):
+        end = min(len(tokens), (pos // chunk + 1) * chunk)
+        model.eval(list(tokens[pos:end]), [-1])
+        pos = end
+        if progress is not None:
+            progress(pos - keep, total)
+    return total
 
 
 class DraftModelDrafter:

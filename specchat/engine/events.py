@@ -35,4 +35,14 @@ class Finished:
     stats: Stats
 
 
+@dataclass(frozen=True)
+class Progress:
+    """How far the prompt's prefill is: `done` of `total` tokens evaluated, `seconds` since
+    the prefill started. Handed to a callback, not yielded: it comes before any Chunk."""
+
+    done: int
+    total: int
+    seconds: float
+
+
 Event = Chunk | Finished

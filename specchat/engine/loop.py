@@ -32,7 +32,7 @@ from specchat.engine.drafters import (
     PromptLookupDrafter,
     fill_cache,
 )
-from specchat.engine.events import Chunk, Event, Finished
+from specchat.engine.events import Chunk, Event, Finished, Progress
 from specchat.engine.options import GenerationOptions
 from specchat.engine.padding import check_vocab_sizes
 from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefix
@@ -41,6 +41,10 @@ from specchat.engine.stats import Stats, StatsBuilder
 from specchat.engine.text import TextStream
 
 Clock = Callable[[], float]
+ProgressCallback = Callable[[Progress], None]
+# Loads a saved state of (a prefix of) these tokens into the caches; returns how many tokens
+# it put there (0: nothing usable). Called at the start of the prefill, inside its timing.
+Restore = Callable[[Sequence[int]], int]
 
 NGRAM_MAX_MATCH = 5  # longest n-gram the prompt-lookup index keeps
 
@@ -49,11 +53,13 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
              draft: LogitsModel | None = None,
              token_bytes: Callable[[int], bytes] | None = None,
              clock: Clock = time.perf_counter,
-             auto: AutoState | None = None) -> Generator[Event, None, None]:
+             auto: AutoState | None = None, progress: ProgressCallback | None = None,
+             restore: Restore | None = None) -> Generator[Event, None, None]:
     """Stream the answer to `prompt` (token ids) as Chunk events, then one Finished.
 
     `auto` carries what the `auto` mode measured and learnt in earlier answers (costs,
-    acceptance); without it `auto` starts from cautious CPU defaults.
+    acceptance); without it `auto` starts from cautious CPU defaults. `progress` hears after
+    every prefill chunk how far the prompt is; `restore` may first load a saved prefix.
 
     Raises ValueError at once (not on first iteration) for an empty prompt, `spec="draft"`
     without a draft model, or a draft whose vocabulary size differs from the target's by
@@ -71,6 +77,7 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
         drafter = controller = AutoPolicy(auto, drafter, model_drafter, options.draft_max)
     run = _Run(target, tokens, options, drafter, controller,
                token_bytes or target.token_bytes, clock, auto)
+    run.progress, run.restore = progress, restore
     return run.events()
 
 
@@ -116,7 +123,9 @@ class _Run:
         self.rng = np.random.default_rng(options.sampling.seed)
         self.text = TextStream(options.stop)
         self.stats = StatsBuilder(mode=options.spec, prompt_tokens=len(prompt))
-        self.decode_start = clock()
+        self.decode_start = self.start = clock()
+        self.progress: ProgressCallback | None = None
+        self.restore: Restore | None = None
 
     def events(self) -> Generator[Event, None, None]:
         try:
@@ -146,11 +155,19 @@ class _Run:
             yield Chunk(text, tuple(kept), tuple(flags), self._snapshot())
 
     def _prefill(self) -> bool:
-        start = self.clock()
+        self.start = start = self.clock()
         prompt = self.committed
         if len(prompt) > self.target.n_ctx:
             return False
-        evaluated = fill_cache(self.target, prompt[:-1])
+        if self.restore is not None:
+            self.stats.prompt_restored = self.restore(prompt[:-1])
+        report = None
+        if self.progress is not None:
+            tell = self.progress
+
+            def report(done: int, total: int) -> None:
+                tell(Progress(done, total, self.clock() - start))
+        evaluated = fill_cache(self.target, prompt[:-1], progress=report)
         self.stats.prompt_cached = len(prompt) - 1 - evaluated
         if self.drafter is not None:
             self.drafter.prepare(prompt)
@@ -212,6 +229,8 @@ class _Run:
             self.committed.append(token)
             kept.append(token)
             self.stats.generated += 1
+            if self.stats.generated == 1:
+                self.stats.first_token_seconds = self.clock() - self.start
             if token in eog:
                 reason = "eog"  # kept as an answer token, never rendered
                 break

@@ -40,7 +40,9 @@ class Stats(Rates):
     mode: str = "off"
     prompt_tokens: int = 0
     prompt_cached: int = 0  # prompt tokens reused from the cache (not evaluated again)
+    prompt_restored: int = 0  # of those, loaded from the on-disk prompt cache
     prompt_seconds: float = 0.0
+    first_token_seconds: float = 0.0  # prefill start to the first answer token (0: none yet)
     generated: int = 0
     steps: int = 0  # target verify calls
     steps_drafted: int = 0
@@ -67,6 +69,18 @@ class Stats(Rates):
         return self.tokens_per_second * plain
 
     @property
+    def prompt_evaluated(self) -> int:
+        """Prompt tokens the prefill evaluated (the last one goes with the first step)."""
+        return max(self.prompt_tokens - 1 - self.prompt_cached, 0)
+
+    @property
+    def prompt_tokens_per_second(self) -> float | None:
+        """Prompt processing speed; None when too little was evaluated to say."""
+        if self.prompt_evaluated < 1 or self.prompt_seconds <= 0:
+            return None
+        return self.prompt_evaluated / self.prompt_seconds
+
+    @property
     def mean_accepted(self) -> float | None:
         """Mean accepted length over the steps that drafted."""
         return self.accepted / self.steps_drafted if self.steps_drafted else None
@@ -77,7 +91,7 @@ class Stats(Rates):
             value = getattr(self, f.name)
             out[f.name] = list(value) if isinstance(value, tuple) else value
         for name in ("acceptance", "tokens_per_step", "tokens_per_second", "mean_accepted",
-                     "speedup_estimate"):
+                     "speedup_estimate", "prompt_evaluated", "prompt_tokens_per_second"):
             out[name] = getattr(self, name)
         return out
 
@@ -89,7 +103,9 @@ class StatsBuilder:
     mode: str
     prompt_tokens: int = 0
     prompt_cached: int = 0
+    prompt_restored: int = 0
     prompt_seconds: float = 0.0
+    first_token_seconds: float = 0.0
     generated: int = 0
     steps: int = 0
     steps_empty: int = 0
@@ -123,7 +139,9 @@ class StatsBuilder:
     def snapshot(self, decode_seconds: float) -> Stats:
         return Stats(
             mode=self.mode, prompt_tokens=self.prompt_tokens, prompt_cached=self.prompt_cached,
-            prompt_seconds=self.prompt_seconds, generated=self.generated, steps=self.steps,
+            prompt_restored=self.prompt_restored, prompt_seconds=self.prompt_seconds,
+            first_token_seconds=self.first_token_seconds, generated=self.generated,
+            steps=self.steps,
             steps_drafted=self.steps - self.steps_empty, steps_empty=self.steps_empty,
             drafted=self.drafted, accepted=self.accepted,
             drafted_by_position=tuple(self.drafted_by_position),

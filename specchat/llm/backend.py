@@ -21,6 +21,7 @@ from specchat.engine.protocol import ContextFullError
 from specchat.errors import ModelError, UsageError
 from specchat.llm.helpers import (
     VOCAB_TYPES,
+    AbortFlag,
     LogSink,
     check_gguf_file,
     chunk_spans,
@@ -44,6 +45,14 @@ _LOG = LogSink()
 _LOG_CALLBACK = llama_cpp.llama_log_callback(_LOG)
 llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
 llama_cpp.llama_backend_init()
+
+# Ctrl-C inside a long llama_decode aborts the batch at once instead of after seconds of
+# prompt processing (helpers.AbortFlag says how). Installed only for big batches
+# (ABORTABLE_BATCH): a Python call per graph node would slow every decode step.
+_ABORT = AbortFlag()
+_ABORT_CALLBACK = llama_cpp.ggml_abort_callback(_ABORT)
+_NO_ABORT = llama_cpp.ggml_abort_callback(0)
+ABORTABLE_BATCH = 32
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -72,7 +81,7 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
     except BaseException:
         llama_cpp.llama_model_free(model)
         raise
-    return LlamaModel(path, model, ctx, n_batch)
+    return LlamaModel(path, model, ctx, n_batch, gpu_layers=n_gpu_layers)
 
 
 def _open_model(path: Path, params: Any, failure: str) -> Any:
@@ -168,8 +177,10 @@ class LlamaModel:
     KV cache holds, so the engine can always truncate and continue.
     """
 
-    def __init__(self, path: Path, model: Any, ctx: Any, n_batch: int) -> None:
+    def __init__(self, path: Path, model: Any, ctx: Any, n_batch: int, *,
+                 gpu_layers: int = 0) -> None:
         self.path = path
+        self._gpu_layers = gpu_layers
         self._model, self._ctx = model, ctx
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._mem = llama_cpp.llama_get_memory(ctx)
@@ -228,12 +239,20 @@ class LlamaModel:
         ids = np.asarray(tokens, dtype=np.int64)
         if ids.min() < 0 or ids.max() >= self._n_vocab:
             raise ValueError(f"token ids must be in [0, {self._n_vocab}) for {self.path.name}")
-        try:
-            for lo, hi in chunk_spans(n, self._n_batch):
-                self._decode_chunk(ids[lo:hi], start + lo, rows_in_span(rows, lo, hi), out)
-        except BaseException:
-            self._forget_from(len(self._tokens))
-            raise
+        with _ABORT.armed() as abortable:
+            abortable = abortable and n >= ABORTABLE_BATCH
+            if abortable:
+                llama_cpp.llama_set_abort_callback(self._ctx, _ABORT_CALLBACK, None)
+            try:
+                for lo, hi in chunk_spans(n, self._n_batch):
+                    self._decode_chunk(ids[lo:hi], start + lo, rows_in_span(rows, lo, hi), out)
+            except BaseException:
+                self._forget_from(len(self._tokens))
+                raise
+            finally:
+                if abortable:
+                    llama_cpp.llama_set_abort_callback(self._ctx, _NO_ABORT, None)
+        _ABORT.raise_pending_interrupt()  # Ctrl-C after the last node: the batch is whole
         return out
 
     def _decode_chunk(self, ids: np.ndarray, pos: int, wanted: list[tuple[int, int]],
@@ -248,6 +267,7 @@ class LlamaModel:
         _LOG.errors.clear()
         rc = llama_cpp.llama_decode(self._ctx, self._batch)
         _LOG.raise_pending_interrupt()  # the except in eval() drops this chunk again
+        _ABORT.raise_pending_interrupt()
         if rc != 0:
             raise ModelError(f"llama_decode failed (code {rc}) at position {pos}: "
                              f"{log_reason(_LOG.errors)}")
@@ -270,6 +290,43 @@ class LlamaModel:
             # Recurrent state cannot drop only its tail: start over rather than lie.
             llama_cpp.llama_memory_clear(self._mem, True)
             self._tokens.clear()
+
+    # --- saved states (the prompt cache) ------------------------------------------------------
+    @property
+    def state_key(self) -> str:
+        """What a saved state is only valid for: this model file, as it is now, under this
+        llama.cpp build and placement (a state holds raw KV tensors in their layout)."""
+        st = self.path.stat()
+        return (f"{self.path.resolve()}|{st.st_size}|{st.st_mtime_ns}|"
+                f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')}|"
+                f"gpu layers {self._gpu_layers}")
+
+    def save_state(self) -> bytes:
+        """The KV cache of `tokens` as one opaque blob (load_state puts it back)."""
+        self._check_open()
+        size = int(llama_cpp.llama_state_seq_get_size(self._ctx, 0))
+        buf = (ctypes.c_uint8 * size)()
+        written = int(llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, 0))
+        if written <= 0:
+            raise ModelError(f"llama.cpp could not save the state of {self.path.name}")
+        return ctypes.string_at(buf, written)
+
+    def load_state(self, tokens: Sequence[int], blob: bytes) -> None:
+        """Replace the cache with a blob from save_state() that holds exactly `tokens`.
+
+        On any failure the cache is left empty (never half loaded) and ModelError is raised.
+        """
+        self._check_open()
+        if len(tokens) > self._n_ctx:
+            raise ContextFullError(len(tokens), self._n_ctx)
+        llama_cpp.llama_memory_clear(self._mem, True)
+        self._tokens.clear()
+        buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
+        read = int(llama_cpp.llama_state_seq_set_data(self._ctx, buf, len(blob), 0))
+        if read != len(blob) or self.cached_positions() != len(tokens):
+            llama_cpp.llama_memory_clear(self._mem, True)
+            raise ModelError(f"a saved state does not fit {self.path.name}")
+        self._tokens.extend(int(t) for t in tokens)
 
     def cached_positions(self) -> int:
         """How many positions llama.cpp's cache holds (== len(tokens); for checks and tests)."""

@@ -1,0 +1,95 @@
+"""Slash commands that change what the next answer is made from: /read, /model, /draft."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specchat import runtime as rt
+from specchat.chat.session import ChatSession
+from specchat.errors import UsageError
+from specchat.models.complete import model_candidates
+
+
+def read(session: ChatSession, arg: str) -> None:
+    """/read PATH: the file's text goes with the next message (a bad file: one line)."""
+    name = arg.strip()
+    if not name:
+        raise UsageError("/read needs a file: /read PATH")
+    tokens = session.attach(name)
+    count = len(session.pending)
+    session.renderer.dim(f"attached {name} ({tokens} tokens); {count} file"
+                         f"{'s' if count > 1 else ''} will go with your next message")
+
+
+def attachment_lines(session: ChatSession) -> list[str]:
+    """/stats: what attached files took."""
+    sent = sum(len(t.attachments) for t in session.conversation.turns)
+    lines = []
+    if session.attached_tokens or sent:
+        lines.append(f"attachments: {session.attached_tokens} tokens read this session; "
+                     f"{sent} file{'s' if sent != 1 else ''} in the conversation")
+    if session.pending:
+        names = ", ".join(a.name for a in session.pending)
+        lines.append(f"waiting for your next message: {names}")
+    return lines
+
+
+def model(session: ChatSession, arg: str) -> None:
+    """/model NAME: another target; the conversation stays and is re-read by the new one."""
+    name = arg.strip()
+    if not name:
+        session.renderer.info(f"model: {session.runtime.info.target_name}  "
+                              f"{session.runtime.info.target_path}")
+        return
+    _switch(session, model=name)
+
+
+def draft(session: ChatSession, arg: str) -> None:
+    """/draft NAME|none: another draft model, or none."""
+    name = arg.strip()
+    if not name:
+        session.renderer.info(f"draft: {session.runtime.info.draft_name or 'none'}")
+        return
+    none = name.lower() == "none"
+    spec = session.options.spec
+    if not none and spec in ("off", "ngram"):
+        spec = "draft"  # asking for a draft model means drafting with it
+    elif none and spec == "draft":
+        spec = "auto"  # nothing left to draft with; auto still uses prompt lookup
+    _switch(session, draft="none" if none else name, spec=spec)
+
+
+def _switch(session: ChatSession, *, model: str | None = rt.KEEP,
+            draft: str | None = rt.KEEP, spec: str | None = None) -> None:
+    old = session.runtime
+    mode = spec or session.options.spec
+    try:
+        new = rt.switch_models(old, model=model, draft=draft, spec=mode)
+    except KeyboardInterrupt:
+        raise UsageError("switch interrupted; still using "
+                         f"{old.info.target_name}") from None
+    except Exception as exc:  # noqa: BLE001 - any load failure: keep chatting on the old one
+        raise UsageError(f"{_reason(exc)}; still using {old.info.target_name}"
+                         + (f" + {old.info.draft_name}" if old.info.draft_name else "")) \
+            from None
+    session.use_runtime(new, spec=mode)
+    info = new.info
+    used, n_ctx = session.context_use()
+    session.renderer.dim(
+        f"now {info.target_name}" + (f" + draft {info.draft_name}" if info.draft_name else "")
+        + f" · mode {session.options.spec}"
+        + (f" · the conversation ({used} of {n_ctx} tokens) is read again by the new target "
+           "with your next message" if new.target is not old.target and used else ""))
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def complete_models(session: ChatSession, words: Sequence[str]) -> list[str]:
+    return model_candidates(words[-1] if words else "") if len(words) <= 1 else []
+
+
+def complete_drafts(session: ChatSession, words: Sequence[str]) -> list[str]:
+    return ["none", *complete_models(session, words)] if len(words) <= 1 else []

@@ -1,0 +1,42 @@
+"""Names a model option can take, for shell completion and the chat's /model and /draft."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specchat.errors import SpecchatError
+
+
+def model_candidates(incomplete: str = "") -> list[str]:
+    """Preset names, then the .gguf files in the cache, then (for a path) matching files.
+
+    Never raises: a broken models.toml must not turn a Tab press into a traceback.
+    """
+    from specchat.models import cache_dir, load_presets
+
+    out: list[str] = []
+    try:
+        out += sorted(load_presets())
+    except (SpecchatError, OSError):
+        pass
+    try:
+        out += sorted(str(p) for p in cache_dir().glob("*.gguf") if p.is_file())
+    except OSError:
+        pass
+    if any(s in incomplete for s in ("/", "~")) or incomplete.startswith("."):
+        out += _path_matches(incomplete)
+    return [c for c in dict.fromkeys(out) if c.startswith(incomplete)]  # in order, once
+
+
+def _path_matches(incomplete: str) -> list[str]:
+    """Directories and .gguf files under what has been typed so far."""
+    head, _, tail = incomplete.rpartition("/")
+    base = Path(head or "/").expanduser() if incomplete.startswith(("/", "~")) or head \
+        else Path(".")
+    try:
+        entries = sorted(base.iterdir())
+    except OSError:
+        return []
+    prefix = f"{head}/" if head or incomplete.startswith("/") else ""
+    return [prefix + e.name + ("/" if e.is_dir() else "") for e in entries
+            if e.name.startswith(tail) and (e.is_dir() or e.name.endswith(".gguf"))]

@@ -1,0 +1,286 @@
+"""The on-disk prompt cache: saved KV states of long prompts, so that the next one-shot call
+that shares a long prefix (the same system prompt and file, another question) skips most of
+its prefill.
+
+One file per saved state, `<model>-<tokens>.kv` under prompt_cache_dir(): a header naming the
+model state key and the exact token ids, then llama.cpp's opaque state blob, with a CRC over
+both. Lookup reads only the headers and picks the entry sharing the longest prefix with the
+new prompt; the model then loads it and cuts it back to that common prefix, so an entry
+serves every prompt that starts the same way, whatever follows. Files are written through
+storage.atomic_write (a killed process leaves no file that looks complete; two processes
+writing the same entry each rename a whole file), a file that fails any check is removed and
+never loaded, and the directory is kept under a size limit by evicting the least recently
+used entries (a hit refreshes the file's mtime).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import struct
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from specchat.engine.protocol import common_prefix
+from specchat.errors import SpecchatError, UsageError
+from specchat.storage import StorageError, atomic_write, make_dirs
+
+MAGIC = b"SPECCHAT-KV1"
+SUFFIX = ".kv"
+DEFAULT_LIMIT = 2 * 1024**3  # a 3000-token Qwen 1.5B prompt is ~90 MB: about twenty of them
+MIN_NEW_TOKENS = 256  # prefill work below which a new entry is not worth its disk space
+MIN_GAIN = 32  # cached tokens a load must add over what the model already holds
+STALE_TMP_SECONDS = 3600  # a temporary file this old belongs to a process that died
+SIZE_ENV = "SPECCHAT_PROMPT_CACHE"
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+@runtime_checkable
+class StatefulModel(Protocol):
+    """What the cache needs from a model (backend.LlamaModel; fakes in tests)."""
+
+    @property
+    def tokens(self) -> Sequence[int]: ...
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    @property
+    def state_key(self) -> str: ...
+
+    def save_state(self) -> bytes: ...
+
+    def load_state(self, tokens: Sequence[int], blob: bytes) -> None: ...
+
+    def truncate(self, n: int) -> None: ...
+
+
+def prompt_cache_dir() -> Path:
+    """$SPECCHAT_HOME/prompt-cache, else $XDG_CACHE_HOME/specchat/prompt-cache."""
+    home = os.environ.get("SPECCHAT_HOME")
+    if home:
+        return Path(home).expanduser() / "prompt-cache"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache).expanduser() / "specchat" / "prompt-cache"
+
+
+def size_limit(value: str | None = None) -> int:
+    """Bytes the cache may hold, from $SPECCHAT_PROMPT_CACHE ('2G', '500M', '0' or 'off')."""
+    raw = (os.environ.get(SIZE_ENV, "") if value is None else value).strip()
+    if not raw:
+        return DEFAULT_LIMIT
+    if raw.lower() in ("off", "no", "false"):
+        return 0
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?", raw, re.IGNORECASE)
+    if match is None:
+        raise UsageError(f"{SIZE_ENV}={raw!r} is not a size: use e.g. 2G, 500M, or 0 to turn "
+                         "the prompt cache off")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: Path
+    tokens: tuple[int, ...]
+    data_offset: int  # where the token ids start; the blob follows them
+    blob_len: int
+    crc: int
+
+
+class PromptCache:
+    """Saved prompt states in `directory`, at most `limit` bytes in all (0: off)."""
+
+    def __init__(self, directory: Path, limit: int = DEFAULT_LIMIT,
+                 min_new_tokens: int = MIN_NEW_TOKENS) -> None:
+        self.directory = Path(directory)
+        self.limit = limit
+        self.min_new_tokens = min_new_tokens
+
+    @property
+    def enabled(self) -> bool:
+        return self.limit > 0
+
+    # --- lookup -------------------------------------------------------------------------------
+    def restore(self, model: StatefulModel, tokens: Sequence[int]) -> int:
+        """Load the saved state sharing the longest prefix with `tokens` into `model` and cut it
+        back to that prefix; returns the tokens it holds from the cache (0: nothing loaded).
+
+        Nothing is loaded unless it adds at least MIN_GAIN tokens to the prefix the model
+        already holds. An entry that fails a check is removed, and the model then holds
+        nothing (never part of a state).
+        """
+        if not self.enabled or not tokens:
+            return 0
+        have = common_prefix(model.tokens, tokens)
+        best, best_len = None, have + MIN_GAIN - 1
+        for entry in self._entries(model.state_key):
+            if len(entry.tokens) > model.n_ctx:
+                continue
+            shared = common_prefix(entry.tokens, tokens)
+            if shared > best_len:
+                best, best_len = entry, shared
+        if best is None:
+            return 0
+        blob = self._read_blob(best)
+        if blob is None:
+            return 0
+        try:
+            model.load_state(best.tokens, blob)
+        except SpecchatError:
+            _remove(best.path)
+            return 0
+        model.truncate(best_len)
+        _touch(best.path)
+        return best_len
+
+    def _entries(self, key: str) -> list[Entry]:
+        prefix = _key_hash(key) + "-"
+        try:
+            names = [n for n in os.listdir(self.directory)
+                     if n.startswith(prefix) and n.endswith(SUFFIX)]
+        except OSError:
+            return []
+        entries = []
+        for name in names:
+            entry = _read_header(self.directory / name, key)
+            if entry is not None:
+                entries.append(entry)
+        return entries
+
+    def _read_blob(self, entry: Entry) -> bytes | None:
+        """The state blob, or None (and the file removed) if it fails its CRC."""
+        try:
+            with open(entry.path, "rb") as f:
+                f.seek(entry.data_offset)
+                data = f.read()
+        except OSError:
+            return None  # evicted by another process meanwhile: a miss
+        n_ids = 4 * len(entry.tokens)
+        if len(data) != n_ids + entry.blob_len or zlib.crc32(data) != entry.crc:
+            _remove(entry.path)
+            return None
+        return data[n_ids:]
+
+    # --- saving -------------------------------------------------------------------------------
+    def save(self, model: StatefulModel, evaluated: int) -> Path | None:
+        """Save the state of everything the model holds, if its prefill did enough work
+        (`evaluated` new tokens) to be worth it; then evict down to the limit."""
+        tokens = tuple(model.tokens)
+        if not self.enabled or evaluated < self.min_new_tokens or not tokens:
+            return None
+        key = model.state_key
+        path = self.directory / entry_name(key, tokens)
+        if path.exists():
+            _touch(path)
+            return path
+        blob = model.save_state()
+        data = _encode(key, tokens, blob)
+        if len(data) > self.limit:
+            return None
+        try:
+            make_dirs(self.directory, private=True)
+            atomic_write(path, data, private=True)
+        except (StorageError, OSError):
+            return None  # a cache: a full disk costs speed, never the answer
+        self.evict()
+        return path
+
+    def evict(self) -> None:
+        """Remove the least recently used entries until the rest fit the limit; remove
+        temporary files left by processes that died while writing."""
+        try:
+            scan = list(os.scandir(self.directory))
+        except OSError:
+            return
+        now = time.time()
+        files = []
+        for item in scan:
+            try:
+                st = item.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if item.name.startswith(".") and item.name.endswith(".tmp"):
+                if now - st.st_mtime > STALE_TMP_SECONDS:
+                    _remove(Path(item.path))
+            elif item.name.endswith(SUFFIX) and item.is_file(follow_symlinks=False):
+                files.append((st.st_mtime, st.st_size, Path(item.path)))
+        total = 0
+        for _, size, path in sorted(files, reverse=True):
+            total += size
+            if total > self.limit:
+                _remove(path)
+
+    def clear(self) -> int:
+        """Remove every entry; returns how many."""
+        removed = 0
+        for path in self.directory.glob(f"*{SUFFIX}"):
+            removed += int(_remove(path))
+        return removed
+
+
+# --- the file format ----------------------------------------------------------------------------
+def entry_name(key: str, tokens: Sequence[int]) -> str:
+    ids = np.asarray(tokens, dtype="<i4").tobytes()
+    digest = hashlib.sha256(key.encode() + b"\0" + ids).hexdigest()[:32]
+    return f"{_key_hash(key)}-{digest}{SUFFIX}"
+
+
+def _key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def _encode(key: str, tokens: Sequence[int], blob: bytes) -> bytes:
+    ids = np.asarray(tokens, dtype="<i4").tobytes()
+    header = json.dumps({"key": key, "n_tokens": len(tokens), "blob_len": len(blob),
+                         "crc": zlib.crc32(blob, zlib.crc32(ids))}).encode()
+    return MAGIC + struct.pack("<I", len(header)) + header + ids + blob
+
+
+def _read_header(path: Path, key: str) -> Entry | None:
+    """The entry's header and token ids; None for another model's entry, a vanished file, or a
+    damaged one (which is removed)."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(len(MAGIC) + 4)
+            if len(head) < len(MAGIC) + 4 or not head.startswith(MAGIC):
+                raise ValueError("bad magic")
+            (hlen,) = struct.unpack("<I", head[len(MAGIC):])
+            meta = json.loads(f.read(hlen))
+            if meta["key"] != key:
+                return None  # a hash prefix collision: someone else's entry
+            n = int(meta["n_tokens"])
+            offset = len(MAGIC) + 4 + hlen
+            if size != offset + 4 * n + int(meta["blob_len"]):
+                raise ValueError("truncated")
+            ids = np.frombuffer(f.read(4 * n), dtype="<i4")
+    except OSError:
+        return None
+    except (ValueError, KeyError, TypeError, struct.error):
+        _remove(path)
+        return None
+    return Entry(path, tuple(int(t) for t in ids), offset, int(meta["blob_len"]),
+                 int(meta["crc"]))
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _remove(path: Path) -> bool:
+    try:
+        path.unlink()
+    except OSError:
+        return False
+    return True
