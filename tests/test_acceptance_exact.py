@@ -131,6 +131,7 @@ def total_variation(counts: Counter[tuple[int, ...]], exact: dict[tuple[int, ...
 def assert_exact(result: Draws, exact: dict[tuple[int, ...], float]) -> None:
     p = chi2_pvalue(result.counts, exact)
     tv = total_variation(result.counts, exact)
+    print(f"chi-square p={p:.3g}, TV {tv:.4f}")
     assert p > P_MIN, f"chi-square p={p:.3g} (TV {tv:.4f}) at n={sum(result.counts.values())}"
 
 

@@ -46,7 +46,7 @@ class VocabInfo:
     pre: str = ""  # the pre-tokenizer (GGUF tokenizer.ggml.pre; "" when the file has none)
     # types[i]: token i's llama_token_attr bits (kind, plus strip/normalize flags); empty
     # when unknown, which compares equal to anything.
-    types: Sequence[int] = field(default=(), repr=False)
+    types: Sequence[int] | np.ndarray = field(default=(), repr=False)
 
 
 class HasVocabInfo(Protocol):
