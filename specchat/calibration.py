@@ -17,6 +17,7 @@ from pathlib import Path
 
 from specchat.engine.cost import MAX_N, CostTable
 from specchat.engine.protocol import LogitsModel
+from specchat.storage import StorageError, atomic_write
 
 SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 17)
 TARGET_SIZES = SIZES
@@ -103,10 +104,7 @@ class CalibrationCache:
         except (OSError, ValueError):
             data = {}
         data[key] = {"seconds": table.seconds, "model": label, "when": time.time()}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, self.path)  # never a half-written cache, even if killed here
+        atomic_write(self.path, json.dumps(data, indent=1))  # never half-written
 
 
 def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],
@@ -121,6 +119,19 @@ def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],
         table = table_from(measure(model, sizes=sizes))
         cache.save(key, table, path.name)
     return table
+
+
+def save_if_drifted(table: CostTable, path: Path, knobs: dict[str, object],
+                    cache: CalibrationCache) -> bool:
+    """Write back a table the run rescaled for drift, so the next start begins from what the
+    machine costs now. A cache that cannot be written is not worth failing an answer for."""
+    if not table.rescaled:
+        return False
+    try:
+        cache.save(machine_key(path, knobs), table, path.name)
+    except StorageError:
+        return False
+    return True
 
 
 def break_even_acceptance(target: CostTable, draft_step: float, k: int) -> float:

@@ -149,7 +149,13 @@ def open_runtime(settings: LoadSettings) -> Runtime:
 def measured_auto_state(runtime: Runtime, settings: LoadSettings,
                         force: bool = False) -> AutoState:
     """Cost tables for `auto`: from the calibration cache, else measured now (once)."""
-    from specchat.calibration import DRAFT_SIZES, TARGET_SIZES, CalibrationCache, cost_table
+    from specchat.calibration import (
+        DRAFT_SIZES,
+        TARGET_SIZES,
+        CalibrationCache,
+        cost_table,
+        save_if_drifted,
+    )
     from specchat.models import cache_dir
 
     cache = CalibrationCache(cache_dir().parent / "calibration.json")
@@ -161,8 +167,11 @@ def measured_auto_state(runtime: Runtime, settings: LoadSettings,
             print(f"specchat: measuring what {name} costs on this machine (once; cached)",
                   file=sys.stderr)
 
-    target = cost_table(runtime.target, Path(runtime.info.target_path), TARGET_SIZES, knobs,
+    target_path = Path(runtime.info.target_path)
+    target = cost_table(runtime.target, target_path, TARGET_SIZES, knobs,
                         cache, force=force, announce=announce)
+    # Costs that drifted more than 20% from the cached ones during this session are kept.
+    runtime.closers.insert(0, lambda: save_if_drifted(target, target_path, knobs, cache))
     draft = None
     if runtime.draft is not None:
         draft = cost_table(runtime.draft, Path(runtime.info.draft_path or ""), DRAFT_SIZES,

@@ -181,7 +181,7 @@ class _Run:
         stats.draft_seconds += t1 - t0
         stats.verify_seconds += t2 - t1
         stats.sample_seconds += t3 - t2
-        stats.record_step(len(draft.tokens), n)
+        stats.record_step(len(draft.tokens), n, seconds=t3 - t1)
         if self.auto is not None:
             self.auto.target_costs.observe(len(batch), t2 - t1)
         self.controller.observe(len(draft.tokens), n, draft_seconds=t1 - t0,
