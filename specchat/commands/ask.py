@@ -12,48 +12,34 @@ from typing import Annotated, Optional
 import typer
 
 from specchat.commands import common as c
+from specchat.config import Settings
 from specchat.engine.events import Chunk, Finished
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, UsageError
+from specchat.optflags import with_options
 from specchat.report import summary_line
 from specchat.runtime import Runtime, open_runtime
-
-D = c.DEFAULTS
-S = D.sampling
-
 
 def register(app: typer.Typer) -> None:
     app.command("ask", help="Answer one prompt (argument and/or stdin) and exit.")(ask)
 
 
+@with_options(c.ASK_OPTIONS)
 def ask(
     prompt: Annotated[Optional[list[str]], typer.Argument(help="The prompt; stdin is read "
                       "first when it is not a terminal.", show_default=False)] = None,
-    system: c.System = None, model: c.Model = None, draft: c.Draft = None,
-    spec: c.Spec = D.spec, draft_max: c.DraftMax = D.draft_max,
-    temperature: c.Temperature = S.temperature, top_k: c.TopK = S.top_k,
-    top_p: c.TopP = S.top_p, min_p: c.MinP = S.min_p,
-    repeat_penalty: c.RepeatPenalty = S.repeat_penalty,
-    repeat_last_n: c.RepeatLastN = S.repeat_last_n, seed: c.Seed = None,
-    max_tokens: c.MaxTokens = D.max_tokens, stop: c.Stop = None, ctx: c.Ctx = 4096,
-    n_gpu_layers: c.GpuLayers = None, threads: c.Threads = None,
     raw: Annotated[bool, typer.Option("--raw", help="Send the text verbatim as a completion "
                    "prompt, without the chat template.")] = False,
     stats: Annotated[bool, typer.Option("--stats", help="Print a one-line summary to stderr "
                      "at the end.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, "
                         "tokens, finish reason, statistics) instead of the text.")] = False,
-    verbose: c.Verbose = False,
+    *, settings: Settings,
 ) -> None:
-    options = c.generation_options(
-        temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed,
-        max_tokens=max_tokens, stop=stop, spec=spec, draft_max=draft_max)
+    options = c.options_from(settings)
     text = read_prompt(prompt)
-    with open_runtime(c.load_settings(
-            model=model, draft=draft, spec=spec, ctx=ctx, n_gpu_layers=n_gpu_layers,
-            threads=threads, verbose=verbose, quiet=json_out)) as runtime:
-        tokens = prompt_tokens(runtime, text, system, raw)
+    with open_runtime(c.load_settings(settings, quiet=json_out)) as runtime:
+        tokens = prompt_tokens(runtime, text, settings["system"], raw)
         finished = stream_answer(runtime, tokens, options, echo=not json_out)
     if finished is None:
         raise typer.Exit(EXIT_INTERRUPTED)

@@ -28,12 +28,14 @@ from specchat.bench import prompts as bp
 from specchat.bench.report import print_calibration, render, summarize, to_json
 from specchat.bench.runner import BenchResult, Step, parse_modes, run_bench
 from specchat.commands import common as c
+from specchat.config import Settings
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
+from specchat.optflags import with_options
+from specchat.options import MODEL, group
 from specchat.runtime import Runtime, measured_auto_state, open_runtime
 
 DEFAULT_MODES = ("auto", "ngram", "draft")
 DEFAULT_MAX_TOKENS = 128
-D = c.DEFAULTS
 
 
 def register(app: typer.Typer) -> None:
@@ -42,6 +44,13 @@ def register(app: typer.Typer) -> None:
                 "of prompts (Spec-Bench JSONL, or the built-in set).")(bench)
 
 
+BENCH_OPTIONS = (*group(MODEL), "temperature", "seed", "draft_max", "max_tokens")
+
+
+@with_options(BENCH_OPTIONS, defaults={"max_tokens": DEFAULT_MAX_TOKENS, "temperature": 0.0},
+              # A SPECCHAT_TEMPERATURE or config file meant for chat must not turn the
+              # benchmark sampled or change its length.
+              flag_only=("temperature", "max_tokens"))
 def bench(
     file: Annotated[Optional[Path], typer.Argument(
         help="Spec-Bench style JSON Lines (question_id, category, turns); default: the "
@@ -53,13 +62,6 @@ def bench(
     modes: Annotated[Optional[str], typer.Option(
         "--modes", help="Comma-separated modes besides off (always run): auto, ngram, draft. "
         "Default: auto,ngram,draft (draft only when a draft model is loaded).")] = None,
-    max_tokens: Annotated[int, typer.Option(
-        "--max-tokens", "-n", help="New tokens per answer.")] = DEFAULT_MAX_TOKENS,
-    temperature: Annotated[float, typer.Option(
-        "--temperature", "-t", help="0 is greedy. No environment variable on purpose: a "
-        "SPECCHAT_TEMPERATURE meant for chat must not turn the benchmark sampled.")] = 0.0,
-    seed: c.Seed = None,
-    draft_max: c.DraftMax = D.draft_max,
     json_file: Annotated[Optional[str], typer.Option(
         "--json", help="Write every run and the sums as JSON to FILE ('-': stdout, tables "
         "then go to stderr).", metavar="FILE")] = None,
@@ -68,20 +70,15 @@ def bench(
     calibrate: Annotated[bool, typer.Option(
         "--calibrate", help="Measure and print what a verify batch costs here (and the "
         "break-even acceptance), then exit.")] = False,
-    model: c.Model = None, draft: c.Draft = None, ctx: c.Ctx = 4096,
-    n_gpu_layers: c.GpuLayers = None, threads: c.Threads = None, verbose: c.Verbose = False,
+    *, settings: Settings,
 ) -> None:
-    options = c.generation_options(
-        temperature=temperature, top_k=D.sampling.top_k, top_p=D.sampling.top_p,
-        min_p=D.sampling.min_p, repeat_penalty=D.sampling.repeat_penalty,
-        repeat_last_n=D.sampling.repeat_last_n, seed=seed, max_tokens=max_tokens, stop=None,
-        spec="off", draft_max=draft_max)
+    options = c.options_from(settings).with_values(spec="off")
+    ctx = settings["ctx"]
     mode_list = parse_modes(modes, DEFAULT_MODES)
     chosen = [] if calibrate else _chosen_prompts(file, categories, limit)
     _check_writable(json_file)
-    loading = c.load_settings(model=model, draft=draft, spec=_load_spec(mode_list, calibrate),
-                              ctx=ctx, n_gpu_layers=n_gpu_layers, threads=threads,
-                              verbose=verbose, quiet=json_file == "-")
+    loading = replace(c.load_settings(settings, quiet=json_file == "-"),
+                      spec=_load_spec(mode_list, calibrate))
     with open_runtime(loading) as runtime:
         if calibrate:
             state = measured_auto_state(runtime, replace(loading, quiet=False), force=True)
@@ -92,8 +89,8 @@ def bench(
         with _progress(len(chosen) * len(mode_list)) as listener:
             result = run_bench(runtime, chosen, mode_list, options, listener=listener,
                                warmup=warmup)
-        settings = _settings(file, categories, limit, mode_list, options, runtime, ctx)
-    _report(result, mode_list, settings, json_file, greedy=options.sampling.greedy)
+        described = _settings(file, categories, limit, mode_list, options, runtime, ctx)
+    _report(result, mode_list, described, json_file, greedy=options.sampling.greedy)
     if not result.records and not result.interrupted:
         raise SpecchatError("no prompt fitted in the context: raise --ctx or lower --max-tokens")
     if result.interrupted:

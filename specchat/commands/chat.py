@@ -18,13 +18,11 @@ from specchat.chat.session import ChatSession, ErrorLog
 from specchat.chat.store import (Store, history_file, latest_file, load_conversation,
                                  state_dir, summaries)
 from specchat.commands import common as c
+from specchat.config import Settings
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
+from specchat.optflags import with_options
 from specchat.runtime import Runtime, open_runtime
-
-D = c.DEFAULTS
-S = D.sampling
-
 
 def register(app: typer.Typer) -> None:
     app.command("chat", help="Chat in the terminal (piped stdin: answer it once and exit).")(
@@ -32,29 +30,16 @@ def register(app: typer.Typer) -> None:
     app.command("history", help="List saved conversations, newest first.")(history)
 
 
+@with_options(c.CHAT_OPTIONS)
 def chat(
     continue_: Annotated[bool, typer.Option("--continue", "-c", help="Resume the last "
                          "conversation.")] = False,
     load: Annotated[Optional[Path], typer.Option("--load", help="Resume a saved conversation "
                     "file (new turns go to a new file).", dir_okay=False)] = None,
-    system: c.System = None, model: c.Model = None, draft: c.Draft = None,
-    spec: c.Spec = D.spec, draft_max: c.DraftMax = D.draft_max,
-    temperature: c.Temperature = S.temperature, top_k: c.TopK = S.top_k,
-    top_p: c.TopP = S.top_p, min_p: c.MinP = S.min_p,
-    repeat_penalty: c.RepeatPenalty = S.repeat_penalty,
-    repeat_last_n: c.RepeatLastN = S.repeat_last_n, seed: c.Seed = None,
-    max_tokens: c.MaxTokens = D.max_tokens, stop: c.Stop = None, ctx: c.Ctx = 4096,
-    n_gpu_layers: c.GpuLayers = None, threads: c.Threads = None,
-    show_draft: Annotated[bool, typer.Option("--show-draft", help="Colour the tokens that "
-                          "came from the draft.")] = False,
-    plain: Annotated[bool, typer.Option("--plain", help="No Markdown rendering of "
-                     "answers.")] = False,
-    verbose: c.Verbose = False,
+    *, settings: Settings,
 ) -> None:
-    options = c.generation_options(
-        temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed,
-        max_tokens=max_tokens, stop=stop, spec=spec, draft_max=draft_max)
+    options = c.options_from(settings)
+    verbose = bool(settings["verbose"])
     errors = open_error_log() if verbose else ErrorLog()
     if continue_ and load is not None:
         raise UsageError("--continue and --load both pick a conversation: give one")
@@ -64,12 +49,10 @@ def chat(
         return  # `specchat chat < /dev/null`: nothing asked, nothing to do
     conversation, store = pick_conversation(continue_, load)  # a bad file fails before loading
     try:
-        with open_runtime(c.load_settings(
-            model=model, draft=draft, spec=spec, ctx=ctx, n_gpu_layers=n_gpu_layers,
-            threads=threads, verbose=verbose, quiet=piped)) as runtime:
+        with open_runtime(c.load_settings(settings, quiet=piped)) as runtime:
             session = make_session(runtime, options, conversation, store, errors,
-                                   plain=plain, show_draft=show_draft)
-            apply_system(session, system)
+                                   plain=settings["plain"], show_draft=settings["show_draft"])
+            apply_system(session, settings["system"])
             code = one_shot(session, question) if piped else interactive(session)
     except (SpecchatError, KeyboardInterrupt, typer.Exit):
         raise

@@ -1,0 +1,97 @@
+"""Command-line flags generated from the options schema (specchat.options).
+
+`@with_options(names)` adds one flag per option to a typer command and hands the command a
+resolved `Settings` (flag > env > profile > config file > default) in place of the flags, so
+no command spells an option out again. Flags default to None, which means "not given": that
+is what lets a config file or environment variable fill in what the command line left out.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Annotated, Any, Optional
+
+import typer
+
+from specchat.config import Settings, resolve
+from specchat.errors import UsageError
+from specchat.options import BY_NAME, Option, OptionError
+
+PROFILE_PARAM = "profile"
+SETTINGS_PARAM = "settings"
+
+
+def _annotation(opt: Option, default: Any) -> Any:
+    decls = [opt.flag]
+    if opt.kind is bool:
+        decls = [f"{opt.flag}/--no-{opt.flag[2:]}"]
+    if opt.short:
+        decls.append(opt.short)
+    kind: Any = {list: list[str], bool: bool}.get(opt.kind, opt.kind)
+    if opt.parse is not None:
+        kind = str  # parsed by the schema ("auto", "random", ...), not by click
+    help_text = f"{opt.help} (env: {opt.env})"
+    shown = "" if default in (None, []) else opt.show(default)
+    info = typer.Option(*decls, help=help_text, show_default=shown or False,
+                        metavar=opt.metavar, rich_help_panel=_PANELS.get(opt.group))
+    return Annotated[Optional[kind], info]
+
+
+_PANELS = {"model": "Model", "generation": "Generation", "chat": "Chat",
+           "remote": "Remote server", "server": "Server"}
+
+
+def with_options(names: Iterable[str], *, defaults: Mapping[str, Any] | None = None,
+                 flag_only: Iterable[str] = (), profile: bool = True
+                 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command whose last parameter is `settings: Settings`."""
+    names = tuple(names)
+    fixed = tuple(flag_only)
+    base_defaults = dict(defaults or {})
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        own = [p for p in inspect.signature(func, eval_str=True).parameters.values()
+               if p.name != SETTINGS_PARAM]
+        extra = [inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=None,
+            annotation=_annotation(BY_NAME[name], base_defaults.get(name,
+                                                                    BY_NAME[name].default)))
+            for name in names]
+        if profile:
+            extra.append(inspect.Parameter(
+                PROFILE_PARAM, inspect.Parameter.KEYWORD_ONLY, default=None,
+                annotation=Annotated[Optional[str], typer.Option(
+                    "--profile", help="Use the settings of the config file's profile.NAME table. "
+                    "(env: SPECCHAT_PROFILE)", rich_help_panel="Settings")]))
+
+        @functools.wraps(func)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            flags = {name: _from_flag(name, kwargs.pop(name, None)) for name in names}
+            chosen = kwargs.pop(PROFILE_PARAM, None) if profile else None
+            settings = resolve(names, flags, profile=chosen, defaults=base_defaults,
+                               flag_only=fixed)
+            return func(*args, settings=settings, **kwargs)
+
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+                  if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD else p for p in own]
+        command.__signature__ = inspect.Signature(params + extra)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params + extra}
+        del command.__wrapped__  # typer must read the new signature, not the function's
+        return command
+
+    return decorate
+
+
+def _from_flag(name: str, value: Any) -> Any:
+    """A flag's value through the schema's checks (None: the flag was not given)."""
+    if value is None or (isinstance(value, list) and not value):
+        return None
+    opt = BY_NAME[name]
+    try:
+        return opt.from_text(value) if isinstance(value, str) and opt.kind is not str \
+            else opt.validate(value)
+    except OptionError as exc:
+        raise UsageError(f"{opt.flag}: {exc}") from None
+

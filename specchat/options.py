@@ -1,0 +1,316 @@
+"""Every user-settable option, declared once.
+
+Each Option says its name (the config-file key and the `/set` name), type, default, help,
+validation and environment variable. The command-line flags of every command (through
+specchat.optflags), the config file and its profiles, `specchat config`, `/set` and `/show`
+in the chat, `bench` and the HTTP server's request defaults are all read from OPTIONS.
+
+Precedence, highest first: flag > environment variable > profile > config file > default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from specchat.engine.options import SPEC_MODES, GenerationOptions, OptionError, SamplingOptions
+from specchat.errors import UsageError
+
+Parser = Callable[[str], Any]
+Checker = Callable[[Any], str | None]  # None when fine, else what is allowed
+
+MODEL, GENERATION, CHAT, REMOTE, SERVER = "model", "generation", "chat", "remote", "server"
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # snake_case: config key, /set name, --kebab-case flag
+    kind: type  # int, float, str, bool or list (of str)
+    default: Any
+    help: str
+    group: str
+    short: str | None = None  # e.g. "-n"
+    optional: bool = False  # None is a value ("none" / "auto" / "random" in text)
+    choices: tuple[str, ...] = ()
+    check: Checker | None = None
+    parse: Parser | None = None  # text -> value where plain kind(text) is not enough
+    live: bool = False  # can change mid-chat with /set
+    secret: bool = False  # never printed in full
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "SPECCHAT_" + self.name.upper()
+
+    def from_text(self, raw: str) -> Any:
+        """A value from text (env var, /set, a config string); OptionError names what fits."""
+        text = raw.strip()
+        if self.optional and text.lower() in ("none", "null", "-", ""):
+            return self.validate(None)
+        if self.parse is not None:
+            return self.validate(self.parse(text))
+        if self.kind is bool:
+            return self.validate(_parse_bool(self.name, text))
+        if self.kind is list:
+            return self.validate(_parse_list(text))
+        if self.kind in (int, float):
+            try:
+                value = self.kind(text)
+            except ValueError:
+                raise OptionError(f"{self.name} needs "
+                                  f"{'an integer' if self.kind is int else 'a number'}, "
+                                  f"not {raw!r}") from None
+            return self.validate(value)
+        return self.validate(raw if self.kind is str else text)
+
+    def validate(self, value: Any) -> Any:
+        """The value, type-checked (ints accepted as floats) and range-checked."""
+        if value is None:
+            if self.optional:
+                return None
+            raise OptionError(f"{self.name} needs a value")
+        if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if self.kind is list:
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                raise OptionError(f"{self.name} needs a list of strings")
+            value = list(value)
+        elif self.parse is None and (not isinstance(value, self.kind) or (
+                self.kind is not bool and isinstance(value, bool))):
+            raise OptionError(f"{self.name} needs {_kind_name(self.kind)}, not {value!r}")
+        if self.choices and value not in self.choices:
+            raise OptionError(f"{self.name} must be one of {', '.join(self.choices)}, "
+                              f"not {value!r}")
+        problem = self.check(value) if self.check else None
+        if problem:
+            raise OptionError(f"{self.name} {problem}, not {value!r}")
+        return value
+
+    def show(self, value: Any) -> str:
+        """The value as the user would type it (in /show, `specchat config`)."""
+        if value is None:
+            return "auto" if self.name == "n_gpu_layers" else "none"
+        if self.secret:
+            return "***"
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, list):
+            return json.dumps(value, ensure_ascii=False)
+        if isinstance(value, str):
+            return json.dumps(value, ensure_ascii=False) if value != value.strip() or \
+                "\n" in value or not value else value
+        return str(value)
+
+
+def _kind_name(kind: type) -> str:
+    return {int: "an integer", float: "a number", bool: "true or false",
+            str: "a string", list: "a list of strings"}[kind]
+
+
+def _parse_bool(name: str, text: str) -> bool:
+    low = text.lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise OptionError(f"{name} needs true or false, not {text!r}")
+
+
+def _parse_list(text: str) -> list[str]:
+    """Stop strings: a JSON list, or one string where \\n, \\t and \\\\ are escapes."""
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+        except ValueError:
+            raise OptionError('give a JSON list like ["\\n\\n", "END"]') from None
+        if not isinstance(items, list):
+            raise OptionError('give a JSON list like ["\\n\\n", "END"]')
+        return [str(s) for s in items]
+    return [re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], text)]
+
+
+def _parse_gpu_layers(text: str) -> int | None:
+    if text.lower() == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise OptionError(f"n_gpu_layers needs auto or an integer, not {text!r}") from None
+
+
+def _parse_seed(text: str) -> int | None:
+    if text.lower() in ("random", "none"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise OptionError(f"seed needs an integer (-1: random), not {text!r}") from None
+
+
+def _at_least(low: float, what: str = "") -> Checker:
+    return lambda v: None if v >= low else f"must be >= {low:g}{what}"
+
+
+def _sampling_check(field: str) -> Checker:
+    """Range checks of the engine's own SamplingOptions, so they live in one place."""
+    def check(value: Any) -> str | None:
+        try:
+            SamplingOptions(**{field: value})
+        except OptionError as exc:
+            return str(exc).removeprefix(field).strip()
+        return None
+    return check
+
+
+def _generation_check(field: str) -> Checker:
+    def check(value: Any) -> str | None:
+        try:
+            GenerationOptions(**{field: tuple(value) if field == "stop" else value})
+        except OptionError as exc:
+            return str(exc).removeprefix(field).strip()
+        return None
+    return check
+
+
+_G = GenerationOptions()
+_S = _G.sampling
+
+OPTIONS: tuple[Option, ...] = (
+    # --- which models, and how they are loaded -------------------------------------------
+    Option("model", str, None, "Target model: preset name, .gguf path, or Hugging Face "
+           "user/repo[:QUANT].", MODEL, short="-m", optional=True, metavar="MODEL"),
+    Option("draft", str, None, "Draft model (like --model); 'none' for no draft model.",
+           MODEL, short="-d", optional=True, metavar="MODEL"),
+    Option("ctx", int, 4096, "Context size in tokens (0: the model's trained context).",
+           MODEL, check=lambda v: None if v == 0 or v >= 16 else "must be 0 or >= 16"),
+    Option("n_gpu_layers", int, None, "Layers to offload to the GPU: auto (as many as fit) "
+           "or a number.", MODEL, optional=True, parse=_parse_gpu_layers,
+           check=lambda v: None if v is None or isinstance(v, int) else "needs auto or an "
+           "integer", metavar="auto|N"),
+    Option("threads", int, None, "CPU threads (default: what this machine has).", MODEL,
+           optional=True, check=_at_least(1)),
+    Option("verbose", bool, False, "Show llama.cpp's own log and error details.", MODEL,
+           short="-v"),
+    # --- what an answer may do --------------------------------------------------------------
+    Option("spec", str, _G.spec, "Speculation: auto (drafts only when it pays), draft, "
+           "ngram, off.", GENERATION, choices=SPEC_MODES, live=True),
+    Option("draft_max", int, _G.draft_max, "Most tokens drafted per step.", GENERATION,
+           check=_generation_check("draft_max"), live=True),
+    Option("temperature", float, _S.temperature, "0 is greedy.", GENERATION, short="-t",
+           check=_sampling_check("temperature"), live=True),
+    Option("top_k", int, _S.top_k, "0 turns it off.", GENERATION,
+           check=_sampling_check("top_k"), live=True),
+    Option("top_p", float, _S.top_p, "1 turns it off.", GENERATION,
+           check=_sampling_check("top_p"), live=True),
+    Option("min_p", float, _S.min_p, "0 turns it off.", GENERATION,
+           check=_sampling_check("min_p"), live=True),
+    Option("repeat_penalty", float, _S.repeat_penalty, "1 turns it off.", GENERATION,
+           check=_sampling_check("repeat_penalty"), live=True),
+    Option("repeat_last_n", int, _S.repeat_last_n, "Window of recent tokens the repeat "
+           "penalty sees.", GENERATION, check=_sampling_check("repeat_last_n"), live=True),
+    Option("seed", int, None, "Seed for reproducible sampling (-1 or none: random).",
+           GENERATION, optional=True, parse=_parse_seed, metavar="N",
+           check=lambda v: None if v is None or (isinstance(v, int) and v >= -1)
+           else "must be an integer >= -1", live=True),
+    Option("max_tokens", int, _G.max_tokens, "Most tokens in an answer.", GENERATION,
+           short="-n", check=_generation_check("max_tokens"), live=True),
+    Option("stop", list, [], "Stop string (repeatable); never printed.", GENERATION,
+           check=_generation_check("stop"), live=True),
+    Option("system", str, None, "System prompt.", GENERATION, short="-s", optional=True,
+           live=True),
+    # --- the terminal chat ----------------------------------------------------------------------
+    Option("plain", bool, False, "No Markdown rendering of answers.", CHAT, live=True),
+    Option("show_draft", bool, False, "Colour the tokens that came from the draft.", CHAT,
+           live=True),
+    # --- another server instead of local models ----------------------------------------------
+    Option("endpoint", str, None, "Use an OpenAI-compatible server at this URL instead of "
+           "local models.", REMOTE, optional=True, metavar="URL"),
+    Option("api_key", str, None, "API key: sent to --endpoint; required by `serve` when set.",
+           REMOTE, optional=True, secret=True, metavar="KEY"),
+    # --- specchat serve -------------------------------------------------------------------------
+    Option("host", str, "127.0.0.1", "Address to listen on.", SERVER),
+    Option("port", int, 8080, "Port to listen on.", SERVER,
+           check=lambda v: None if 0 <= v <= 65535 else "must be in [0, 65535]"),
+    Option("parallel", int, 1, "Requests decoded at once.", SERVER, check=_at_least(1)),
+    Option("queue", int, 16, "Requests waiting beyond those; more get 429.", SERVER,
+           check=_at_least(0)),
+)
+
+BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
+
+
+def group(*groups: str) -> tuple[str, ...]:
+    """Names of the options in these groups, in declaration order."""
+    return tuple(o.name for o in OPTIONS if o.group in groups)
+
+
+def lookup(name: str) -> Option:
+    """The option called `name` (kebab-case and a few aliases accepted), or a usage error."""
+    key = ALIASES.get(name.lower(), name.lower().replace("-", "_"))
+    if key in BY_NAME:
+        return BY_NAME[key]
+    import difflib
+
+    near = difflib.get_close_matches(key, list(BY_NAME), n=1)
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    raise UsageError(f"no option {name!r}{hint}")
+
+
+ALIASES = {"temp": "temperature", "mode": "spec", "n": "max_tokens", "gpu_layers":
+           "n_gpu_layers", "n_ctx": "ctx"}
+
+
+def generation_options(values: Mapping[str, Any]) -> GenerationOptions:
+    """The engine's options from resolved values (defaults for any not given)."""
+    def get(name: str) -> Any:
+        return values.get(name, BY_NAME[name].default)
+
+    seed = get("seed")
+    try:
+        sampling = SamplingOptions(
+            temperature=get("temperature"), top_k=get("top_k"), top_p=get("top_p"),
+            min_p=get("min_p"), repeat_penalty=get("repeat_penalty"),
+            repeat_last_n=get("repeat_last_n"), seed=None if seed == -1 else seed)
+        return GenerationOptions(sampling=sampling, max_tokens=get("max_tokens"),
+                                 stop=tuple(get("stop") or ()), spec=get("spec"),
+                                 draft_max=get("draft_max"))
+    except OptionError as exc:
+        raise UsageError(f"invalid option: {exc}") from None
+
+
+def validated(name: str, value: Any, where: str) -> Any:
+    """`value` checked for option `name`; a problem is a usage error that says `where`."""
+    opt = BY_NAME[name]
+    try:
+        return opt.from_text(value) if isinstance(value, str) and opt.kind is not str \
+            else opt.validate(value)
+    except OptionError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+
+
+def env_values(names: Iterable[str], environ: Mapping[str, str] | None = None
+               ) -> dict[str, Any]:
+    """Options set as SPECCHAT_<NAME> in the environment (an empty value counts as unset)."""
+    environ = os.environ if environ is None else environ
+    out: dict[str, Any] = {}
+    for name in names:
+        opt = BY_NAME[name]
+        raw = environ.get(opt.env)
+        if raw is None or raw == "":
+            continue
+        try:
+            out[name] = opt.from_text(raw)
+        except OptionError as exc:
+            raise UsageError(f"environment variable {opt.env}: {exc}") from None
+    return out
