@@ -26,26 +26,28 @@ PREFIX = 48  # positions already in the cache, so batches run at a realistic dep
 
 
 def measure(model: LogitsModel, sizes: tuple[int, ...] = SIZES, repeats: int = 3,
-            clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
-    """Fastest of `repeats` evals of n tokens with all n logits rows, for each n.
+            clock: Callable[[], float] = time.perf_counter,
+            depth: int = PREFIX) -> dict[int, float]:
+    """Fastest of `repeats` evals of n tokens with all n logits rows, for each n, with
+    `depth` more positions cached (verify costs grow with the depth).
 
     The minimum, not the mean: other processes only ever add time, so the minimum is the
     closest to what this model costs here. The cache is put back as it was.
     """
     keep = len(model.tokens)
     vocab = model.n_vocab
-    filler = [(7 + 31 * i) % vocab for i in range(PREFIX + max(sizes))]
+    filler = [(7 + 31 * i) % vocab for i in range(depth + max(sizes))]
     try:
-        model.eval(filler[:PREFIX], [])
+        model.eval(filler[:depth], [])
         base = len(model.tokens)
-        model.eval(filler[PREFIX:PREFIX + 4], [0, 1, 2, 3])  # warm-up: first calls allocate
+        model.eval(filler[depth:depth + 4], [0, 1, 2, 3])  # warm-up: first calls allocate
         model.truncate(base)
         out: dict[int, float] = {}
         for n in sizes:
             best = float("inf")
             for _ in range(repeats):
                 start = clock()
-                model.eval(filler[PREFIX:PREFIX + n], list(range(n)))
+                model.eval(filler[depth:depth + n], list(range(n)))
                 best = min(best, clock() - start)
                 model.truncate(base)
             out[n] = best

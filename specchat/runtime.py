@@ -6,18 +6,23 @@ The one place where presets, the llama.cpp layer and the engine meet, shared by 
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specchat.engine.auto import AutoState
 from specchat.engine.events import Event
 from specchat.engine.loop import generate
 from specchat.engine.options import GenerationOptions
 from specchat.engine.protocol import LogitsModel
+from specchat.engine.threads import ThreadGovernor
 from specchat.errors import UsageError
+
+if TYPE_CHECKING:
+    from specchat.calibration import CalibrationCache
 
 Message = dict[str, str]
 
@@ -47,12 +52,14 @@ class Runtime:
     speculation_allowed: bool = True
     closers: list[Callable[[], None]] = field(default_factory=list)
     auto: AutoState = field(default_factory=AutoState)  # learnt across answers
+    governor: ThreadGovernor | None = None  # threads per step, learnt across answers
 
     def stream(self, prompt: Sequence[int], options: GenerationOptions) -> Iterator[Event]:
         """Generate an answer to `prompt` tokens; the mode comes from options.spec."""
         options = self.effective_options(options)
         draft = self.draft if options.spec in ("draft", "auto") else None
-        return generate(self.target, prompt, options, draft=draft, auto=self.auto)
+        return generate(self.target, prompt, options, draft=draft, auto=self.auto,
+                        governor=self.governor)
 
     def effective_options(self, options: GenerationOptions) -> GenerationOptions:
         """Check the mode against what is loaded; refuse what cannot be honoured."""
@@ -143,24 +150,51 @@ def open_runtime(settings: LoadSettings) -> Runtime:
     )
     if settings.spec == "auto" and runtime.speculation_allowed:
         runtime.auto = measured_auto_state(runtime, settings)
+    runtime.governor = thread_governor([target, draft], settings,
+                                       lambda: plain_step_reference(runtime, settings))
     return runtime
+
+
+def plain_step_reference(runtime: Runtime, settings: LoadSettings) -> float:
+    """Seconds of a plain step on a quiet machine: from the calibration `auto` loaded, else
+    the cached one, else the fastest of three single-token evals now (~0.1 s, not cached)."""
+    from specchat.calibration import machine_key, measure
+
+    if not runtime.speculation_allowed:
+        return float("inf")  # a recurrent cache cannot be measured and put back
+    if settings.spec == "auto":
+        return runtime.auto.target_costs.cost(1)
+    cache, knobs = _calibration_cache(settings)
+    table = cache.load(machine_key(Path(runtime.info.target_path), knobs))
+    if table is not None:
+        return table.cost(1)
+    return measure(runtime.target, sizes=(1,), repeats=3)[1]
+
+
+def thread_governor(models: Sequence[Any], settings: LoadSettings,
+                    reference: Callable[[], float]) -> ThreadGovernor | None:
+    """Fewer threads while other processes compete for the cores (engine/threads.py); not
+    for GPU offload, nor when pinned to one thread, nor with SPECCHAT_FIXED_THREADS=1."""
+    from specchat.llm.helpers import default_threads
+
+    threads = settings.threads or default_threads()
+    setters = [m.set_threads for m in models if m is not None and hasattr(m, "set_threads")]
+    if threads <= 1 or not setters or settings.n_gpu_layers not in (None, 0) or \
+            os.environ.get("SPECCHAT_FIXED_THREADS") == "1":
+        return None
+    from specchat.llm import gpu_offload_supported
+
+    if settings.n_gpu_layers is None and gpu_offload_supported():
+        return None
+    return ThreadGovernor(threads, setters, reference())
 
 
 def measured_auto_state(runtime: Runtime, settings: LoadSettings,
                         force: bool = False) -> AutoState:
     """Cost tables for `auto`: from the calibration cache, else measured now (once)."""
-    from specchat.calibration import (
-        DRAFT_SIZES,
-        TARGET_SIZES,
-        CalibrationCache,
-        cost_table,
-        save_if_drifted,
-    )
-    from specchat.models import cache_dir
+    from specchat.calibration import DRAFT_SIZES, TARGET_SIZES, cost_table, save_if_drifted
 
-    cache = CalibrationCache(cache_dir().parent / "calibration.json")
-    knobs: dict[str, object] = {"n_gpu_layers": settings.n_gpu_layers,
-                                "threads": settings.threads, "version": 1}
+    cache, knobs = _calibration_cache(settings)
 
     def announce(name: str) -> None:
         if not settings.quiet:
@@ -177,3 +211,13 @@ def measured_auto_state(runtime: Runtime, settings: LoadSettings,
         draft = cost_table(runtime.draft, Path(runtime.info.draft_path or ""), DRAFT_SIZES,
                            knobs, cache, force=force, announce=announce)
     return AutoState(target_costs=target, draft_costs=draft)
+
+
+def _calibration_cache(settings: LoadSettings) -> tuple[CalibrationCache, dict[str, object]]:
+    """The calibration file and the load settings that key its tables."""
+    from specchat.calibration import CalibrationCache
+    from specchat.models import cache_dir
+
+    knobs: dict[str, object] = {"n_gpu_layers": settings.n_gpu_layers,
+                                "threads": settings.threads, "version": 1}
+    return CalibrationCache(cache_dir().parent / "calibration.json"), knobs

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from specchat.bench.prompts import BenchPrompt
 from specchat.engine.events import Chunk, Finished
@@ -49,6 +49,8 @@ class RunRecord:
     tokens: list[int]
     text: str
     stats: dict[str, Any]
+    first_tokens: int = 0  # tokens that came with the first chunk
+    last_chunk_seconds: float = 0.0  # call start to the last chunk
     matched_off: bool | None = None  # None for `off` itself and for sampled runs
     first_divergence: int | None = None  # token index of the first difference from `off`
 
@@ -68,6 +70,17 @@ class BenchResult:
     records: list[RunRecord] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     interrupted: bool = False
+
+
+class Peer(Protocol):
+    """Another program's decoder timed beside specchat's modes (bench/peer.py)."""
+
+    name: str
+
+    def warm_up(self, text: str, max_tokens: int) -> None: ...
+
+    def run(self, prompt: BenchPrompt, position: int, max_tokens: int,
+            seed: int | None) -> RunRecord: ...
 
 
 @dataclass(frozen=True)
@@ -103,16 +116,26 @@ def mode_order(modes: Sequence[str], index: int) -> list[str]:
 
 def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], modes: Sequence[str],
               options: GenerationOptions, *, listener: Listener | None = None,
-              warmup: bool = True, clock: Clock = time.perf_counter) -> BenchResult:
-    """Answer every prompt in every mode; Ctrl-C keeps the prompts already complete."""
+              warmup: bool = True, clock: Clock = time.perf_counter,
+              peer: Peer | None = None) -> BenchResult:
+    """Answer every prompt in every mode (and with `peer`, whose name is then one of the
+    modes); Ctrl-C keeps the prompts already complete."""
     result = BenchResult()
     tokenized = _tokenize_all(runtime, prompts, options.max_tokens, result)
+    ours = [m for m in modes if peer is None or m != peer.name]
     try:
         if warmup and tokenized:
-            _warm_up(runtime, tokenized, modes, options)
+            _warm_up(runtime, tokenized, ours, options)
+            if peer is not None:
+                peer.warm_up(min(tokenized, key=lambda t: len(t[1]))[0].text, WARMUP_TOKENS)
         for index, (prompt, tokens) in enumerate(tokenized):
-            runs = [_run_one(runtime, prompt, tokens, mode, position, options, clock, listener)
-                    for position, mode in enumerate(mode_order(modes, index))]
+            runs = []
+            for position, mode in enumerate(mode_order(modes, index)):
+                if peer is not None and mode == peer.name:
+                    runs.append(_run_peer(peer, prompt, position, options, listener))
+                else:
+                    runs.append(_run_one(runtime, prompt, tokens, mode, position, options,
+                                         clock, listener))
             mark_greedy_matches(runs, greedy=options.sampling.greedy)
             result.records.extend(runs)
     except KeyboardInterrupt:
@@ -147,6 +170,16 @@ def _warm_up(runtime: Runtime, tokenized: Sequence[tuple[BenchPrompt, list[int]]
         _consume(runtime.stream(tokens, short.with_values(spec=mode)))
 
 
+def _run_peer(peer: Peer, prompt: BenchPrompt, position: int, options: GenerationOptions,
+              listener: Listener | None) -> RunRecord:
+    if listener:
+        listener(Step(prompt, peer.name))
+    record = peer.run(prompt, position, options.max_tokens, options.sampling.seed)
+    if listener:
+        listener(Step(prompt, peer.name, record))
+    return record
+
+
 def _run_one(runtime: Runtime, prompt: BenchPrompt, tokens: list[int], mode: str,
              position: int, options: GenerationOptions, clock: Clock,
              listener: Listener | None) -> RunRecord:
@@ -155,10 +188,13 @@ def _run_one(runtime: Runtime, prompt: BenchPrompt, tokens: list[int], mode: str
     _reset_caches(runtime)
     start = clock()
     first: float | None = None
+    first_tokens, last = 0, start
     finished: Finished | None = None
     for event in _guarded(runtime.stream(tokens, options.with_values(spec=mode))):
-        if isinstance(event, Chunk) and first is None:
-            first = clock()
+        if isinstance(event, Chunk) and event.tokens:
+            last = clock()
+            if first is None:
+                first, first_tokens = last, len(event.tokens)
         elif isinstance(event, Finished):
             finished = event
     end = clock()
@@ -167,6 +203,7 @@ def _run_one(runtime: Runtime, prompt: BenchPrompt, tokens: list[int], mode: str
                            "a Finished event")
     record = _record(prompt, mode, position, finished, wall=end - start,
                      first=(first if first is not None else end) - start)
+    record.first_tokens, record.last_chunk_seconds = first_tokens, last - start
     if listener:
         listener(Step(prompt, mode, record))
     return record

@@ -38,6 +38,7 @@ from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefi
 from specchat.engine.sampling import greedy_token, probs, recent_window
 from specchat.engine.stats import Stats, StatsBuilder
 from specchat.engine.text import TextStream
+from specchat.engine.threads import ThreadGovernor
 
 Clock = Callable[[], float]
 
@@ -48,7 +49,8 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
              draft: LogitsModel | None = None,
              token_bytes: Callable[[int], bytes] | None = None,
              clock: Clock = time.perf_counter,
-             auto: AutoState | None = None) -> Generator[Event, None, None]:
+             auto: AutoState | None = None,
+             governor: ThreadGovernor | None = None) -> Generator[Event, None, None]:
     """Stream the answer to `prompt` (token ids) as Chunk events, then one Finished.
 
     `auto` carries what the `auto` mode measured and learnt in earlier answers (costs,
@@ -68,6 +70,7 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
         drafter = controller = AutoPolicy(auto, drafter, model_drafter, options.draft_max)
     run = _Run(target, tokens, options, drafter, controller,
                token_bytes or target.token_bytes, clock, auto)
+    run.governor = governor
     return run.events()
 
 
@@ -118,6 +121,7 @@ class _Run:
         self.text = TextStream(options.stop)
         self.stats = StatsBuilder(mode=options.spec, prompt_tokens=len(prompt))
         self.decode_start = clock()
+        self.governor: ThreadGovernor | None = None
 
     def events(self) -> Generator[Event, None, None]:
         try:
@@ -184,6 +188,10 @@ class _Run:
         stats.record_step(len(draft.tokens), n, seconds=t3 - t1)
         if self.auto is not None:
             self.auto.target_costs.observe(len(batch), t2 - t1)
+        if self.governor is not None:
+            costs = self.auto.target_costs if self.auto is not None else None
+            ratio = costs.cost(len(batch)) / costs.cost(1) if costs else float(len(batch))
+            self.governor.observe(t2 - t1, ratio)
         self.controller.observe(len(draft.tokens), n, draft_seconds=t1 - t0,
                                 verify_seconds=t2 - t1)
         return [*draft.tokens[:n], token], [True] * n + [False]

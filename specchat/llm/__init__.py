@@ -15,11 +15,13 @@ from specchat.llm.vocab import VocabInfo, check_compatible, compatibility_proble
 
 _BACKEND_NAMES = frozenset({
     "LlamaModel", "load_model", "gpu_offload_supported", "system_info", "requantize",
+    "plain_chat_llama",
 })
 
 __all__ = [
     "ChatTemplate", "LlamaModel", "StreamDecoder", "VocabInfo", "chat_tokens", "check_compatible",
-    "compatibility_problems", "gpu_offload_supported", "load_model", "requantize", "system_info",
+    "compatibility_problems", "gpu_offload_supported", "load_model", "plain_chat_llama",
+    "requantize", "system_info",
 ]
 
 

@@ -54,10 +54,11 @@ def gpu_offload_supported() -> bool:
 
 def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None = None,
                n_threads: int | None = None, n_batch: int = 512,
-               verbose: bool = False) -> LlamaModel:
+               flash_attn: bool | None = None, verbose: bool = False) -> LlamaModel:
     """Load a GGUF file with a fresh, empty KV cache of n_ctx positions.
 
-    n_gpu_layers None offloads every layer when the build can, else none.
+    n_gpu_layers None offloads every layer when the build can, else none; flash_attn None
+    leaves it to llama.cpp ("auto").
     Raises ModelError (one line) for a missing file, a non-GGUF file or a failed load.
     """
     path = Path(path)
@@ -75,15 +76,19 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
     if not model:
         raise ModelError(f"llama.cpp could not load {path}: {log_reason(_LOG.errors)}")
     try:
-        ctx = _new_context(model, n_ctx, n_batch, n_threads or default_threads())
+        ctx = _new_context(model, n_ctx, n_batch, n_threads or default_threads(), flash_attn)
     except BaseException:
         llama_cpp.llama_model_free(model)
         raise
     return LlamaModel(path, model, ctx, n_batch)
 
 
-def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int) -> Any:
+def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
+                 flash_attn: bool | None = None) -> Any:
     params = llama_cpp.llama_context_default_params()
+    if flash_attn is not None:
+        params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
+                                  else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
     params.n_ctx = n_ctx
     params.n_batch = params.n_ubatch = n_batch  # one llama_decode call = one ubatch
     params.n_seq_max = 1
@@ -199,6 +204,12 @@ class LlamaModel:
         for k, i in wanted:
             row = llama_cpp.llama_get_logits_ith(self._ctx, i)
             out[k] = np.ctypeslib.as_array(row, shape=(self._n_vocab,))
+
+    def set_threads(self, n: int) -> None:
+        """Threads for the next decodes (llama.cpp applies it per call): fewer when other
+        processes compete for the cores."""
+        self._check_open()
+        llama_cpp.llama_set_n_threads(self._ctx, n, n)
 
     def truncate(self, n: int) -> None:
         """Forget every position >= n."""
@@ -337,6 +348,18 @@ class LlamaModel:
             self.close()
         except Exception:  # noqa: BLE001, S110 - at interpreter exit llama_cpp may be gone
             pass
+
+
+def plain_chat_llama(path: Path | str, *, n_ctx: int, n_threads: int,
+                     n_gpu_layers: int | None = None) -> Any:
+    """llama-cpp-python's own high-level `Llama` on the same file, its defaults otherwise:
+    the plain decoder `specchat bench` times itself against (the caller closes it).
+    Layers are offloaded as load_model would, so both run on the same device."""
+    check_gguf_file(Path(path))
+    if n_gpu_layers is None:
+        n_gpu_layers = -1 if gpu_offload_supported() else 0
+    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads,
+                           n_threads_batch=n_threads, n_gpu_layers=n_gpu_layers, verbose=False)
 
 
 # --- tools: requantize, system info -------------------------------------------------------------
