@@ -99,13 +99,24 @@ class CalibrationCache:
         return None
 
     def save(self, key: str, table: CostTable, label: str) -> None:
+        self.save_entry(key, {"seconds": table.seconds, "model": label, "when": time.time()})
+
+    def load_entry(self, key: str) -> object | None:
+        """Any JSON value stored under key (the caller validates it), or None."""
+        try:
+            data = json.loads(self.path.read_text())
+            return data.get(key) if isinstance(data, dict) else None
+        except (OSError, ValueError):
+            return None
+
+    def save_entry(self, key: str, value: object) -> None:
         try:
             data = json.loads(self.path.read_text()) if self.path.exists() else {}
             if not isinstance(data, dict):
                 data = {}
         except (OSError, ValueError):
             data = {}
-        data[key] = {"seconds": table.seconds, "model": label, "when": time.time()}
+        data[key] = value
         atomic_write(self.path, json.dumps(data, indent=1))  # never half-written
 
 

@@ -192,7 +192,13 @@ def thread_governor(models: Sequence[Any], settings: LoadSettings,
 def measured_auto_state(runtime: Runtime, settings: LoadSettings,
                         force: bool = False) -> AutoState:
     """Cost tables for `auto`: from the calibration cache, else measured now (once)."""
-    from specchat.calibration import DRAFT_SIZES, TARGET_SIZES, cost_table, save_if_drifted
+    from specchat.calibration import (
+        DRAFT_SIZES,
+        TARGET_SIZES,
+        cost_table,
+        machine_key,
+        save_if_drifted,
+    )
 
     cache, knobs = _calibration_cache(settings)
 
@@ -210,7 +216,23 @@ def measured_auto_state(runtime: Runtime, settings: LoadSettings,
     if runtime.draft is not None:
         draft = cost_table(runtime.draft, Path(runtime.info.draft_path or ""), DRAFT_SIZES,
                            knobs, cache, force=force, announce=announce)
-    return AutoState(target_costs=target, draft_costs=draft)
+    state = AutoState(target_costs=target, draft_costs=draft)
+    # What acceptance this model pair showed before: one-shot asks start from it, not from
+    # the priors (docs/performance.md); written back when the runtime closes.
+    learnt = "acceptance-" + machine_key(target_path, {"draft": runtime.info.draft_path})
+    state.import_acceptance(cache.load_entry(learnt))
+    runtime.closers.insert(0, lambda: _save_quietly(cache, learnt, state.export_acceptance()))
+    return state
+
+
+def _save_quietly(cache: CalibrationCache, key: str, value: object) -> None:
+    """Learnt state is worth keeping, not worth failing an answer over."""
+    from specchat.storage import StorageError
+
+    try:
+        cache.save_entry(key, value)
+    except StorageError:
+        pass
 
 
 def _calibration_cache(settings: LoadSettings) -> tuple[CalibrationCache, dict[str, object]]:

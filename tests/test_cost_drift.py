@@ -52,3 +52,31 @@ def test_a_drifted_table_is_written_back_to_the_cache(tmp_path: Path) -> None:
     loaded = cache.load(machine_key(model, knobs))
     assert loaded is not None and loaded.seconds == pytest.approx([0.09, 0.15])
     assert json.loads(cache.path.read_text())[machine_key(model, knobs)]["model"] == "m.gguf"
+
+
+def test_learnt_acceptance_survives_a_restart_through_the_cache(tmp_path: Path) -> None:
+    from specchat.engine.auto import LAST_FULL, AutoState
+
+    state = AutoState()
+    key = ("ngram", 4, LAST_FULL)
+    for _ in range(20):
+        state.model(key).observe(8, 8)
+    cache = CalibrationCache(tmp_path / "calibration.json")
+    cache.save_entry("acceptance-x", state.export_acceptance())
+    fresh = AutoState()
+    assert fresh.import_acceptance(cache.load_entry("acceptance-x")) == 1
+    assert fresh.model(key).rate(1) == pytest.approx(state.model(key).rate(1))
+    assert fresh.model(key).rate(1) > AutoState().model(key).rate(1)  # not the prior
+
+
+@pytest.mark.parametrize("data", [
+    None, [], {"not json": {}}, {'["ngram", 9, 1]': {}},  # unknown bucket
+    {'["ngram", 4, 1]': {"hits": [1.0] * 17, "trials": [0.5] * 17}},  # more hits than tries
+    {'["ngram", 4, 1]': {"hits": [0.0] * 3, "trials": [0.0] * 3}},  # wrong length
+    {'["draft", 7]': {"hits": [0.0] * 17, "trials": [0.0] * 17}},  # unknown streak
+])
+def test_malformed_acceptance_is_ignored(data: object) -> None:
+    from specchat.engine.auto import AutoState
+
+    state = AutoState()
+    assert state.import_acceptance(data) == 0 and not state.models
