@@ -14,6 +14,7 @@ import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from specchat.engine.cost import MAX_N, CostTable
 from specchat.engine.protocol import LogitsModel
@@ -54,6 +55,34 @@ def measure(model: LogitsModel, sizes: tuple[int, ...] = SIZES, repeats: int = 3
         return out
     finally:
         model.truncate(keep)
+
+
+FLASH_DEPTHS = (64, 512)  # flash attention's cost moves with the depth (issue 13)
+
+
+def choose_flash_attn(model: Any, repeats: int = 3,
+                      clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+    """Flash attention on or off, whichever makes plain steps and a batch of 5 cheaper at a
+    shallow and a deep context; the model is left with the winner (and an empty cache).
+
+    The two settings alternate round by round, so a machine that drifts meanwhile hits both;
+    each keeps its fastest round.
+    """
+    best: dict[bool, dict[tuple[int, int], float]] = {True: {}, False: {}}
+    for _ in range(repeats):
+        for enabled in (True, False):
+            model.set_flash_attn(enabled)
+            for depth in FLASH_DEPTHS:
+                for n, seconds in measure(model, (1, 5), 1, clock, depth).items():
+                    model.truncate(0)
+                    old = best[enabled].get((depth, n), float("inf"))
+                    best[enabled][(depth, n)] = min(old, seconds)
+    # Most steps are plain; a batch of 5 stands for auto's typical draft.
+    score = {e: sum(s if n == 1 else s / 4 for (_, n), s in t.items()) for e, t in best.items()}
+    choice = score[True] <= score[False]
+    model.set_flash_attn(choice)
+    return {"flash_attn": choice, "score_on": score[True], "score_off": score[False],
+            "when": time.time()}
 
 
 def table_from(measured: dict[int, float], max_n: int = MAX_N) -> CostTable:

@@ -120,7 +120,8 @@ def open_runtime(settings: LoadSettings) -> Runtime:
     target_path = resolve_model(target_spec, quiet=settings.quiet)
     draft_path = resolve_model(draft_spec, quiet=settings.quiet) if draft_spec else None
     target = load_model(target_path, n_ctx=settings.n_ctx, n_gpu_layers=settings.n_gpu_layers,
-                        n_threads=settings.threads, verbose=settings.verbose)
+                        n_threads=settings.threads, verbose=settings.verbose,
+                        flash_attn=cached_flash_attn(target_path, settings))
     closers: list[Callable[[], None]] = [target.close]
     draft = None
     try:
@@ -201,13 +202,16 @@ def measured_auto_state(runtime: Runtime, settings: LoadSettings,
     )
 
     cache, knobs = _calibration_cache(settings)
+    target_path = Path(runtime.info.target_path)
+    if force or getattr(runtime.target, "flash_attn", False) is None:
+        _choose_flash_attn(runtime, target_path, settings, cache)
+    knobs = {**knobs, "flash_attn": getattr(runtime.target, "flash_attn", None)}
 
     def announce(name: str) -> None:
         if not settings.quiet:
             print(f"specchat: measuring what {name} costs on this machine (once; cached)",
                   file=sys.stderr)
 
-    target_path = Path(runtime.info.target_path)
     target = cost_table(runtime.target, target_path, TARGET_SIZES, knobs,
                         cache, force=force, announce=announce)
     # Costs that drifted more than 20% from the cached ones during this session are kept.
@@ -223,6 +227,31 @@ def measured_auto_state(runtime: Runtime, settings: LoadSettings,
     state.import_acceptance(cache.load_entry(learnt))
     runtime.closers.insert(0, lambda: _save_quietly(cache, learnt, state.export_acceptance()))
     return state
+
+
+def cached_flash_attn(target_path: Path, settings: LoadSettings) -> bool | None:
+    """Flash attention as measured best for this file here (None: not measured yet)."""
+    from specchat.calibration import machine_key
+
+    cache, knobs = _calibration_cache(settings)
+    entry = cache.load_entry("flash-attn-" + machine_key(target_path, knobs))
+    choice = entry.get("flash_attn") if isinstance(entry, dict) else None
+    return choice if isinstance(choice, bool) else None
+
+
+def _choose_flash_attn(runtime: Runtime, target_path: Path, settings: LoadSettings,
+                       cache: CalibrationCache) -> None:
+    """Measure flash attention on and off (once per file and machine) and keep the winner."""
+    from specchat.calibration import choose_flash_attn, machine_key
+
+    if not hasattr(runtime.target, "set_flash_attn"):
+        return
+    if not settings.quiet:
+        print("specchat: measuring flash attention on and off here (once; cached)",
+              file=sys.stderr)
+    _, knobs = _calibration_cache(settings)
+    result = choose_flash_attn(runtime.target)
+    _save_quietly(cache, "flash-attn-" + machine_key(target_path, knobs), result)
 
 
 def _save_quietly(cache: CalibrationCache, key: str, value: object) -> None:

@@ -80,7 +80,9 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
     except BaseException:
         llama_cpp.llama_model_free(model)
         raise
-    return LlamaModel(path, model, ctx, n_batch)
+    loaded = LlamaModel(path, model, ctx, n_batch)
+    loaded.flash_attn = flash_attn
+    return loaded
 
 
 def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
@@ -124,6 +126,7 @@ class LlamaModel:
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))
         self._n_batch = n_batch
+        self.flash_attn: bool | None = None  # None: llama.cpp's own choice ("auto")
         self._tokens: list[int] = []
         self._pieces: dict[int, bytes] = {}
         self._eog: frozenset[int] | None = None
@@ -204,6 +207,16 @@ class LlamaModel:
         for k, i in wanted:
             row = llama_cpp.llama_get_logits_ith(self._ctx, i)
             out[k] = np.ctypeslib.as_array(row, shape=(self._n_vocab,))
+
+    def set_flash_attn(self, enabled: bool) -> None:
+        """A new, empty KV cache with flash attention on or off (same weights, threads)."""
+        self._check_open()
+        n_threads = int(llama_cpp.llama_n_threads(self._ctx))
+        ctx = _new_context(self._model, self._n_ctx, self._n_batch, n_threads, enabled)
+        llama_cpp.llama_free(self._ctx)
+        self._ctx, self._mem = ctx, llama_cpp.llama_get_memory(ctx)
+        self._tokens.clear()
+        self.flash_attn = enabled
 
     def set_threads(self, n: int) -> None:
         """Threads for the next decodes (llama.cpp applies it per call): fewer when other
