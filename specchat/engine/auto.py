@@ -46,7 +46,7 @@ ANSWER_FADE = 0.5
 OPTIMISM = 0.5  # how much an uncertain estimate is given the benefit of the doubt
 BEST_DRAFT_ACCEPTANCE = 0.95  # above what same-family draft models reach (PHYSICS.md: 92%)
 MAX_MATCH_EXTENSION = 32  # how far back a match is followed to measure its real length
-FOLLOW_EDITS = True  # keep drafting from a copy through single-token edits (follow.py)
+FOLLOW_EDITS = False  # keep drafting from a copy through single-token edits (follow.py)
 FOLLOW_MIN = 8  # matches this long start a copy worth following
 RESET_STREAK = True  # a plain step forgets that the last draft missed
 
