@@ -31,7 +31,6 @@ from specchat.engine.cost import (
     match_bucket,
 )
 from specchat.engine.drafters import EMPTY_DRAFT, Draft, DraftModelDrafter, PromptLookupDrafter
-from specchat.engine.follow import CopyFollower
 
 # Ratios of a CPU verify batch to one step (PHYSICS.md, Qwen 1.5B on 2 cores): a cautious
 # starting point when nothing was measured; real runs calibrate at load.
@@ -46,8 +45,6 @@ ANSWER_FADE = 0.5
 OPTIMISM = 0.5  # how much an uncertain estimate is given the benefit of the doubt
 BEST_DRAFT_ACCEPTANCE = 0.95  # above what same-family draft models reach (PHYSICS.md: 92%)
 MAX_MATCH_EXTENSION = 32  # how far back a match is followed to measure its real length
-FOLLOW_EDITS = False  # keep drafting from a copy through single-token edits (follow.py)
-FOLLOW_MIN = 8  # matches this long start a copy worth following
 RESET_STREAK = True  # a plain step forgets that the last draft missed
 
 
@@ -174,7 +171,6 @@ class AutoPolicy:
         self.draft = draft if draft is not None and state.draft_model_can_pay(k_max) else None
         self._key: Hashable | None = None
         self._last = NO_DRAFT_YET
-        self._follower: CopyFollower | None = None
         state.new_answer()
 
     # --- Drafter ---------------------------------------------------------------------------
@@ -186,15 +182,9 @@ class AutoPolicy:
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
         self.ngram.prepare(context)  # syncs the index with the committed context
         # One index lookup per step: the continuation and the match length both come from it.
-        tokens = self.ngram.index.tokens
         n, start = self.ngram.index.match()
-        length = self._match_length(n, start)
-        source = start if n else -1
-        follower = self._follow(tokens, start if n else -1, length)
-        if follower is not None and follower.span > length:
-            source, length = follower.source, follower.span  # a copy with an edit in it
-        avail = tokens[source: min(source + k, len(tokens))] if source >= 0 else []
-        candidates = self._candidates(context, k, avail, length)
+        avail = self.ngram.index.tokens[start: start + k] if n else []
+        candidates = self._candidates(context, k, avail, self._match_length(n, start))
         choice = choose(self.state.target_costs, candidates, self.state.model,
                         overhead=self.state.overhead, optimism=OPTIMISM)
         self.state.last = choice
@@ -242,16 +232,6 @@ class AutoPolicy:
             out.append(Candidate("draft", ("draft", self._last), k,
                                  lambda kk: costs.cost(gap) + (kk - 1) * costs.cost(1)))
         return out
-
-    def _follow(self, tokens: Sequence[int], start: int, length: int) -> CopyFollower | None:
-        """The copy being followed: the old one stepped over edits, or a longer new match."""
-        follower = self._follower
-        if follower is not None and not follower.follow(tokens):
-            follower = None
-        if start >= 0 and length >= FOLLOW_MIN and (follower is None or length >= follower.span):
-            follower = CopyFollower(start, length, len(tokens))
-        self._follower = follower if FOLLOW_EDITS else None
-        return self._follower
 
     def _match_length(self, n: int, start: int) -> int:
         """How long the suffix match really is (the index only keys up to a few tokens)."""
