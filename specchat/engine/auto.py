@@ -45,7 +45,6 @@ ANSWER_FADE = 0.5
 OPTIMISM = 0.5  # how much an uncertain estimate is given the benefit of the doubt
 BEST_DRAFT_ACCEPTANCE = 0.95  # above what same-family draft models reach (PHYSICS.md: 92%)
 MAX_MATCH_EXTENSION = 32  # how far back a match is followed to measure its real length
-RESET_STREAK = True  # a plain step forgets that the last draft missed
 
 
 @dataclass
@@ -213,7 +212,7 @@ class AutoPolicy:
         if self._key is not None and drafted:
             self.state.model(self._key).observe(drafted, accepted)
             self._last = LAST_FULL if accepted >= drafted else LAST_FAILED
-        elif not drafted and RESET_STREAK:
+        elif not drafted:
             # A miss says the next step's draft is doubtful, not every later one: without
             # this, an answer whose draft once missed could stay plain through long copies.
             self._last = NO_DRAFT_YET
