@@ -166,6 +166,7 @@ def plain_step_reference(runtime: Runtime, settings: LoadSettings) -> float:
     if settings.spec == "auto":
         return runtime.auto.target_costs.cost(1)
     cache, knobs = _calibration_cache(settings)
+    knobs["flash_attn"] = getattr(runtime.target, "flash_attn", None)  # as auto keys it
     table = cache.load(machine_key(Path(runtime.info.target_path), knobs))
     if table is not None:
         return table.cost(1)
