@@ -87,3 +87,21 @@ def test_one_thread_machines_are_left_alone() -> None:
     for _ in range(3 * WINDOW):
         g.observe(1.0, 1.0)
     assert calls == []
+
+
+def test_the_decode_loop_reports_every_verify_to_the_governor() -> None:
+    from specchat.engine.events import Finished
+    from specchat.engine.loop import generate
+    from specchat.engine.options import GenerationOptions, SamplingOptions
+    from tests.test_stats import TimedModel
+
+    now = [0.0]
+    target = TimedModel(now, n_vocab=8, seed=5, order=2)
+    calls: list[int] = []
+    # Calibrated at a tenth of what this (fake) machine now takes per step: contended.
+    g = ThreadGovernor(2, [calls.append], reference=0.125)
+    options = GenerationOptions(sampling=SamplingOptions(temperature=0.0), max_tokens=40,
+                                spec="off")
+    *_, fin = generate(target, [1, 2, 3, 4], options, clock=lambda: now[0], governor=g)
+    assert isinstance(fin, Finished)
+    assert calls[:1] == [1]  # every step took 1.25 ticks: one thread was tried
