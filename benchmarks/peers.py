@@ -3,6 +3,11 @@
     python benchmarks/peers.py [FILE] --categories summarization,rag --limit 3 -n 128 \
         -m qwen2.5-coder-1.5b [--draft qwen2.5-coder-0.5b] [--json out.json]
 
+This script compares speculation implementations, each against its own plain decoding. The
+plain decoder users actually call, `Llama.create_chat_completion` (its own chat template and
+sampler), is timed by `specchat bench` itself (the `llama-cpp` row and `vs lcp` column,
+specchat/bench/peer.py), measured the same way: tokens after the first over the time after it.
+
 Peers: llama-cpp-python's high-level `Llama` without a draft (its baseline) and with
 `LlamaPromptLookupDecoding(num_pred_tokens=2)` and `=10` (its default). specchat: off, ngram,
 auto (and draft with --draft). Every program gets the very same prompt token ids (specchat's

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from specchat import storage
 from specchat.engine.cost import MAX_N, CostTable
@@ -28,32 +29,62 @@ PREFIX = 48  # positions already in the cache, so batches run at a realistic dep
 
 
 def measure(model: LogitsModel, sizes: tuple[int, ...] = SIZES, repeats: int = 3,
-            clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
-    """Fastest of `repeats` evals of n tokens with all n logits rows, for each n.
+            clock: Callable[[], float] = time.perf_counter,
+            depth: int = PREFIX) -> dict[int, float]:
+    """Fastest of `repeats` evals of n tokens with all n logits rows, for each n, with
+    `depth` more positions cached (verify costs grow with the depth).
 
     The minimum, not the mean: other processes only ever add time, so the minimum is the
     closest to what this model costs here. The cache is put back as it was.
     """
     keep = len(model.tokens)
     vocab = model.n_vocab
-    filler = [(7 + 31 * i) % vocab for i in range(PREFIX + max(sizes))]
+    filler = [(7 + 31 * i) % vocab for i in range(depth + max(sizes))]
     try:
-        model.eval(filler[:PREFIX], [])
+        model.eval(filler[:depth], [])
         base = len(model.tokens)
-        model.eval(filler[PREFIX:PREFIX + 4], [0, 1, 2, 3])  # warm-up: first calls allocate
+        model.eval(filler[depth:depth + 4], [0, 1, 2, 3])  # warm-up: first calls allocate
         model.truncate(base)
         out: dict[int, float] = {}
         for n in sizes:
             best = float("inf")
             for _ in range(repeats):
                 start = clock()
-                model.eval(filler[PREFIX:PREFIX + n], list(range(n)))
+                model.eval(filler[depth:depth + n], list(range(n)))
                 best = min(best, clock() - start)
                 model.truncate(base)
             out[n] = best
         return out
     finally:
         model.truncate(keep)
+
+
+FLASH_DEPTHS = (64, 384)  # flash attention's cost moves with the depth (issue 13)
+
+
+def choose_flash_attn(model: Any, repeats: int = 2,
+                      clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+    """Flash attention on or off, whichever makes plain steps and a batch of 5 cheaper at a
+    shallow and a deep context; the model is left with the winner (and an empty cache).
+
+    The two settings alternate round by round, so a machine that drifts meanwhile hits both;
+    each keeps its fastest round.
+    """
+    best: dict[bool, dict[tuple[int, int], float]] = {True: {}, False: {}}
+    for _ in range(repeats):
+        for enabled in (True, False):
+            model.set_flash_attn(enabled)
+            for depth in FLASH_DEPTHS:
+                for n, seconds in measure(model, (1, 5), 1, clock, depth).items():
+                    model.truncate(0)
+                    old = best[enabled].get((depth, n), float("inf"))
+                    best[enabled][(depth, n)] = min(old, seconds)
+    # Most steps are plain; a batch of 5 stands for auto's typical draft.
+    score = {e: sum(s if n == 1 else s / 4 for (_, n), s in t.items()) for e, t in best.items()}
+    choice = score[True] <= score[False]
+    model.set_flash_attn(choice)
+    return {"flash_attn": choice, "score_on": score[True], "score_off": score[False],
+            "when": time.time()}
 
 
 def table_from(measured: dict[int, float], max_n: int = MAX_N) -> CostTable:
@@ -104,13 +135,24 @@ class CalibrationCache:
         return None
 
     def save(self, key: str, table: CostTable, label: str) -> None:
+        self.save_entry(key, {"seconds": table.seconds, "model": label, "when": time.time()})
+
+    def load_entry(self, key: str) -> object | None:
+        """Any JSON value stored under key (the caller validates it), or None."""
+        try:
+            data = json.loads(self.path.read_text())
+            return data.get(key) if isinstance(data, dict) else None
+        except (OSError, ValueError):
+            return None
+
+    def save_entry(self, key: str, value: object) -> None:
         try:
             data = json.loads(self.path.read_text())
             if not isinstance(data, dict):
                 data = {}
         except (OSError, ValueError):
             data = {}
-        data[key] = {"seconds": table.seconds, "model": label, "when": time.time()}
+        data[key] = value
         try:
             storage.atomic_write(self.path, json.dumps(data, indent=1), private=False)
         except (StorageError, OSError) as exc:
@@ -132,6 +174,19 @@ def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],
         table = table_from(measure(model, sizes=sizes))
         cache.save(key, table, path.name)
     return table
+
+
+def save_if_drifted(table: CostTable, path: Path, knobs: dict[str, object],
+                    cache: CalibrationCache) -> bool:
+    """Write back a table the run rescaled for drift, so the next start begins from what the
+    machine costs now. A cache that cannot be written is not worth failing an answer for."""
+    if not table.rescaled:
+        return False
+    try:
+        cache.save(machine_key(path, knobs), table, path.name)
+    except StorageError:
+        return False
+    return True
 
 
 def break_even_acceptance(target: CostTable, draft_step: float, k: int) -> float:

@@ -14,7 +14,7 @@ from specchat.calibration import (
     measure,
     table_from,
 )
-from specchat.engine.auto import CPU_RATIOS, AutoPolicy, AutoState
+from specchat.engine.auto import CPU_RATIOS, LAST_FAILED, NO_DRAFT_YET, AutoPolicy, AutoState
 from specchat.engine.cost import AcceptanceModel, Candidate, CostTable, choose, match_bucket
 from specchat.engine.drafters import DraftModelDrafter, PromptLookupDrafter
 from specchat.engine.events import Finished
@@ -219,3 +219,14 @@ def test_auto_lines_explain_costs_choices_and_estimates() -> None:
     assert "a plain step costs 40.0 ms" in text
     assert "cannot pay here" in text
     assert "ngram" in text and "est. acceptance" in text
+
+
+def test_a_miss_weighs_on_the_next_draft_only_until_a_plain_step() -> None:
+    policy = AutoPolicy(cpu_state(), PromptLookupDrafter(2, 5), None, 8)
+    policy._key = ("ngram", 3, NO_DRAFT_YET)  # the key of the draft the loop verified
+    policy.observe(4, 1)
+    assert policy._last == LAST_FAILED  # the next draft is judged as "after a miss"
+    policy.observe(0, 0)  # a plain step: the target wrote its own token
+    # Without this, a draft that missed once kept every later one in the after-miss
+    # estimates, which never paid: long copies later in the answer went plain.
+    assert policy._last == NO_DRAFT_YET

@@ -21,7 +21,8 @@ class Tty(io.StringIO):
 
 STATS = Stats(mode="draft", prompt_tokens=50, prompt_cached=40, prompt_seconds=0.02,
               generated=30, steps=10, steps_drafted=8, steps_empty=2, drafted=32,
-              accepted=20, decode_seconds=1.5, last_k=4, plain_step_seconds=0.1)
+              accepted=20, decode_seconds=1.5, verify_seconds=1.5, last_k=4,
+              plain_step_seconds=0.1)
 
 
 def test_status_line_has_every_figure() -> None:
@@ -31,8 +32,8 @@ def test_status_line_has_every_figure() -> None:
                     "≈2.00x est.")
     assert status_text(None, None) == "reading the prompt…"
     off = Stats(mode="off", generated=5, steps=5, decode_seconds=1.0)
-    assert status_text(off, None) == "off · 5.0 tok/s"
-    assert speedup_estimate(off) is None
+    assert status_text(off, None) == "off · 5.0 tok/s · 1.00x"  # plain is its own baseline
+    assert speedup_estimate(off) == 1.0
     unmeasured = Stats(mode="auto", generated=5, steps=5, decode_seconds=1.0)
     assert speedup_estimate(unmeasured) is None  # no measured plain step: no number
 

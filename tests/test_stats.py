@@ -82,3 +82,66 @@ def test_to_dict_is_json_ready_and_includes_the_derived_numbers() -> None:
                 "accept_length_hist", "steps_empty", "last_k", "prompt_cached"):
         assert key in again
     assert isinstance(again["accept_length_hist"], list)
+
+
+class TimedModel(FakeModel):
+    """A fake target whose every eval of n tokens advances a fake clock by 1 + n/4 ticks,
+    so a run's times are exact and nothing else takes time."""
+
+    def __init__(self, now: list[float], **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.now = now
+
+    def eval(self, tokens, logit_rows):  # type: ignore[no-untyped-def]
+        self.now[0] += 1.0 + len(tokens) / 4
+        return super().eval(tokens, logit_rows)
+
+
+def timed_run(spec: str) -> Finished:
+    now = [0.0]
+    target = TimedModel(now, n_vocab=8, seed=5, order=2)
+    prompt = [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3]
+    options = GenerationOptions(sampling=SamplingOptions(temperature=0.0), max_tokens=60,
+                                spec=spec, draft_max=4)
+    *_, fin = generate(target, prompt, options, clock=lambda: now[0])
+    assert isinstance(fin, Finished)
+    return fin
+
+
+def test_plain_decoding_estimates_exactly_one() -> None:
+    s = timed_run("off").stats
+    assert s.plain_steps == s.steps == s.generated
+    assert s.plain_seconds == s.decode_seconds == 1.25 * s.generated
+    assert s.speedup_estimate == 1.0
+
+
+def test_estimate_from_this_runs_plain_steps_equals_the_real_speedup() -> None:
+    # With stationary costs the in-run estimate is what running `off` really gives.
+    off, ngram = timed_run("off"), timed_run("ngram")
+    assert ngram.tokens == off.tokens  # greedy: the same answer
+    s = ngram.stats
+    assert s.plain_steps >= 4 and s.drafted > 0
+    assert s.plain_token_seconds == 1.25
+    assert s.speedup_estimate == off.stats.decode_seconds / s.decode_seconds
+
+
+def test_too_few_plain_steps_fall_back_to_the_calibrated_cost() -> None:
+    b = StatsBuilder(mode="auto", plain_step_seconds=0.02)
+    b.record_step(0, 0, seconds=0.5)  # one slow plain step: noise, not a cost
+    for _ in range(4):
+        b.record_step(3, 3)
+    b.generated, b.verify_seconds, b.sample_seconds = 17, 0.5 + 4 * 0.05, 0.05
+    s = b.snapshot(decode_seconds=0.8)
+    assert s.plain_token_seconds == 0.02 + 0.05 / 5
+    outside = 0.8 - 0.7 - 0.05
+    assert s.speedup_estimate == (17 * (0.02 + 0.01) + outside) / 0.8
+
+
+def test_enough_plain_steps_replace_the_calibrated_cost() -> None:
+    b = StatsBuilder(mode="auto", plain_step_seconds=0.02)
+    for _ in range(4):
+        b.record_step(0, 0, seconds=0.04)  # the machine is slower than calibrated
+    b.generated, b.verify_seconds = 4, 0.16
+    s = b.snapshot(decode_seconds=0.16)
+    assert s.plain_token_seconds == 0.04 and s.speedup_estimate == 1.0
+    assert Stats(mode="auto", generated=3, steps=3, decode_seconds=1.0).speedup_estimate is None

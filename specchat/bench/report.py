@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specchat.bench import ttft
+from specchat.bench.peer import PEER
 from specchat.bench.runner import BASELINE, BenchResult, RunRecord
 from specchat.calibration import calibration_rows
 from specchat.engine.auto import AutoState
@@ -44,8 +45,12 @@ class ModeSummary:
     divergences: list[tuple[str, int]] = field(default_factory=list)  # (question, token index)
     verify_seconds: float = 0.0
     draft_seconds: float = 0.0
+    after_first_tokens: int = 0  # tokens after the first chunk, timed from outside
+    after_first_seconds: float = 0.0
 
     def add(self, record: RunRecord) -> None:
+        self.after_first_tokens += record.generated - record.first_tokens
+        self.after_first_seconds += record.last_chunk_seconds - record.first_chunk_seconds
         self.prompts += 1
         self.generated += record.generated
         self.decode_seconds += record.decode_seconds
@@ -87,8 +92,25 @@ class ModeSummary:
         mine, base = self.tokens_per_second, baseline.tokens_per_second
         return mine / base if mine is not None and base else None
 
-    def to_dict(self, baseline: ModeSummary | None) -> dict[str, Any]:
+    @property
+    def outside_tokens_per_second(self) -> float | None:
+        """Tokens after the first over the time after it, as seen by the caller: the one
+        measure that applies to another program's decoder too."""
+        if self.after_first_seconds <= 0:
+            return None
+        return self.after_first_tokens / self.after_first_seconds
+
+    def speedup_outside(self, peer: ModeSummary | None) -> float | None:
+        if peer is None:
+            return None
+        mine, base = self.outside_tokens_per_second, peer.outside_tokens_per_second
+        return mine / base if mine is not None and base else None
+
+    def to_dict(self, baseline: ModeSummary | None,
+                peer: ModeSummary | None = None) -> dict[str, Any]:
         return {
+            "outside_tokens_per_second": self.outside_tokens_per_second,
+            "vs_" + PEER: self.speedup_outside(peer),
             "mode": self.mode, "prompts": self.prompts, "generated": self.generated,
             "decode_seconds": self.decode_seconds, "prompt_tokens": self.prompt_tokens,
             "prompt_seconds": self.prompt_seconds, "steps": self.steps,
@@ -122,8 +144,8 @@ def summarize(records: Sequence[RunRecord], modes: Sequence[str]) -> Summary:
 def summary_to_dict(summary: Summary) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for category, by_mode in summary.items():
-        base = by_mode.get(BASELINE)
-        out[category] = {mode: s.to_dict(base) for mode, s in by_mode.items()}
+        base, peer = by_mode.get(BASELINE), by_mode.get(PEER)
+        out[category] = {mode: s.to_dict(base, peer) for mode, s in by_mode.items()}
     return out
 
 
@@ -154,27 +176,37 @@ def render(console: Console, summary: Summary, greedy: bool) -> None:
         console.print(f"prefill (timed apart, not in the speeds above): {base.prompt_tokens} "
                       f"prompt tokens per mode, {rate:.0f} tok/s in mode off")
         other = ", ".join(f"{m} {s.other_ms_per_step:.2f}" for m, s in overall.items()
-                          if s.other_ms_per_step is not None)
+                          if s.other_ms_per_step is not None and m != PEER)
         console.print(f"decode time outside verify and drafting, ms per step: {other}")
 
 
 def _table(category: str, by_mode: dict[str, ModeSummary], greedy: bool) -> Table:
     # No vertical rules: eight columns must fit in 80 characters when piped to a file.
     table = Table(title=category, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("mode", "n", "tokens", "tok/s", "speedup", "tok/step", "accepted",
-                 "greedy=off"):
+    peer = by_mode.get(PEER)
+    peer = peer if peer is not None and peer.prompts else None
+    names = ["mode", "n", "tokens", "tok/s", "speedup", *(["vs lcp"] if peer else []),
+             "tok/step", "accepted", "=off" if peer else "greedy=off"]
+    for name in names:
         table.add_column(name, justify="left" if name == "mode" else "right", no_wrap=True)
     base = by_mode.get(BASELINE)
     for mode, s in by_mode.items():
         if not s.prompts:
             continue
-        speedup = s.speedup(base) if base is not None else None
+        is_peer = mode == PEER
+        speed = s.outside_tokens_per_second if is_peer else s.tokens_per_second
+        speedup = None if is_peer or base is None else s.speedup(base)
+        vs_peer = [_num(s.speedup_outside(peer), "{:.2f}x")] if peer else []
         table.add_row(
-            mode, str(s.prompts), str(s.generated), _num(s.tokens_per_second, "{:.1f}"),
-            _num(speedup, "{:.2f}x"), _num(s.tokens_per_step, "{:.2f}"), _acceptance(s),
-            _greedy_cell(s, mode, greedy),
+            mode, str(s.prompts), str(s.generated), _num(speed, "{:.1f}"),
+            _num(speedup, "{:.2f}x"), *vs_peer, _num(None if is_peer else s.tokens_per_step,
+                                                     "{:.2f}"),
+            _acceptance(s), _greedy_cell(s, mode, greedy),
         )
     notes = [_divergence_note(s) for s in by_mode.values() if s.divergences]
+    if peer:
+        notes.append(f"vs lcp: decode speed after the first token over {PEER}'s (llama-cpp-"
+                     "python create_chat_completion, same GGUF and threads), timed from outside")
     if notes:
         # Kept out of the cells so that the table stays narrow enough for 80 columns.
         table.caption = "\n".join(notes)
@@ -185,7 +217,7 @@ def _table(category: str, by_mode: dict[str, ModeSummary], greedy: bool) -> Tabl
 def _acceptance(s: ModeSummary) -> str:
     if not s.drafted:
         return "-"
-    return f"{s.accepted / s.drafted:.0%} of {s.drafted}"
+    return f"{s.accepted / s.drafted:.0%}/{s.drafted}"
 
 
 def _greedy_cell(s: ModeSummary, mode: str, greedy: bool) -> str:

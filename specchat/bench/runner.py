@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from specchat.bench.prompts import BenchPrompt
 from specchat.bench.ttft import FirstToken, warm_first_token
@@ -51,6 +51,8 @@ class RunRecord:
     tokens: list[int]
     text: str
     stats: dict[str, Any]
+    first_tokens: int = 0  # tokens that came with the first chunk
+    last_chunk_seconds: float = 0.0  # call start to the last chunk
     matched_off: bool | None = None  # None for `off` itself and for sampled runs
     first_divergence: int | None = None  # token index of the first difference from `off`
 
@@ -71,6 +73,17 @@ class BenchResult:
     skipped: list[Skipped] = field(default_factory=list)
     interrupted: bool = False
     first_tokens: list[FirstToken] = field(default_factory=list)  # cold and warm, per prompt
+
+
+class Peer(Protocol):
+    """Another program's decoder timed beside specchat's modes (bench/peer.py)."""
+
+    name: str
+
+    def warm_up(self, text: str, max_tokens: int) -> None: ...
+
+    def run(self, prompt: BenchPrompt, position: int, max_tokens: int,
+            seed: int | None) -> RunRecord: ...
 
 
 @dataclass(frozen=True)
@@ -107,19 +120,29 @@ def mode_order(modes: Sequence[str], index: int) -> list[str]:
 def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], modes: Sequence[str],
               options: GenerationOptions, *, listener: Listener | None = None,
               warmup: bool = True, clock: Clock = time.perf_counter,
-              prompt_cache: PromptCache | None = None) -> BenchResult:
-    """Answer every prompt in every mode; Ctrl-C keeps the prompts already complete.
+              prompt_cache: PromptCache | None = None,
+              peer: Peer | None = None) -> BenchResult:
+    """Answer every prompt in every mode (and with `peer`, whose name is then one of the
+    modes); Ctrl-C keeps the prompts already complete.
 
     With `prompt_cache` (an empty one, for this run only) each prompt also gets a warm time
     to the first token through it (ttft.py)."""
     result = BenchResult()
     tokenized = _tokenize_all(runtime, prompts, options.max_tokens, result)
+    ours = [m for m in modes if peer is None or m != peer.name]
     try:
         if warmup and tokenized:
-            _warm_up(runtime, tokenized, modes, options)
+            _warm_up(runtime, tokenized, ours, options)
+            if peer is not None:
+                peer.warm_up(min(tokenized, key=lambda t: len(t[1]))[0].text, WARMUP_TOKENS)
         for index, (prompt, tokens) in enumerate(tokenized):
-            runs = [_run_one(runtime, prompt, tokens, mode, position, options, clock, listener)
-                    for position, mode in enumerate(mode_order(modes, index))]
+            runs = []
+            for position, mode in enumerate(mode_order(modes, index)):
+                if peer is not None and mode == peer.name:
+                    runs.append(_run_peer(peer, prompt, position, options, listener))
+                else:
+                    runs.append(_run_one(runtime, prompt, tokens, mode, position, options,
+                                         clock, listener))
             mark_greedy_matches(runs, greedy=options.sampling.greedy)
             first = None
             if prompt_cache is not None:
@@ -160,6 +183,16 @@ def _warm_up(runtime: Runtime, tokenized: Sequence[tuple[BenchPrompt, list[int]]
         _consume(runtime.stream(tokens, short.with_values(spec=mode)))
 
 
+def _run_peer(peer: Peer, prompt: BenchPrompt, position: int, options: GenerationOptions,
+              listener: Listener | None) -> RunRecord:
+    if listener:
+        listener(Step(prompt, peer.name))
+    record = peer.run(prompt, position, options.max_tokens, options.sampling.seed)
+    if listener:
+        listener(Step(prompt, peer.name, record))
+    return record
+
+
 def _run_one(runtime: Runtime, prompt: BenchPrompt, tokens: list[int], mode: str,
              position: int, options: GenerationOptions, clock: Clock,
              listener: Listener | None) -> RunRecord:
@@ -168,11 +201,15 @@ def _run_one(runtime: Runtime, prompt: BenchPrompt, tokens: list[int], mode: str
     _reset_caches(runtime)
     start = clock()
     first: float | None = None
+    first_tokens, last = 0, start
 
     def on_chunk(chunk: Chunk) -> None:
-        nonlocal first
+        nonlocal first, first_tokens, last
+        if not chunk.tokens:
+            return
+        last = clock()
         if first is None:
-            first = clock()
+            first, first_tokens = last, len(chunk.tokens)
 
     finished = drain(runtime.stream(tokens, options.with_values(spec=mode)), on_chunk)
     end = clock()
@@ -181,6 +218,7 @@ def _run_one(runtime: Runtime, prompt: BenchPrompt, tokens: list[int], mode: str
                            "a Finished event")
     record = _record(prompt, mode, position, finished, wall=end - start,
                      first=(first if first is not None else end) - start)
+    record.first_tokens, record.last_chunk_seconds = first_tokens, last - start
     if listener:
         listener(Step(prompt, mode, record))
     return record

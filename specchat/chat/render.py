@@ -60,12 +60,19 @@ def _isatty(stream: TextIO) -> bool:
 
 
 def speedup_estimate(stats: Stats) -> float | None:
-    """Speed over plain decoding on this machine, from the measured cost of a plain step
-    (calibrated at load, refined as it runs); labelled "est." because plain decoding of this
-    very answer was not run."""
-    if stats.steps <= 0 or stats.mode == "off":
+    """Speed over plain decoding on this machine, from the plain steps this answer took (or,
+    with too few, the calibrated cost of one); labelled "est." because plain decoding of this
+    very answer was not run. `off` is plain decoding: exactly 1."""
+    if stats.steps <= 0:
         return None
     return stats.speedup_estimate
+
+
+def _speedup_label(stats: Stats) -> str | None:
+    est = speedup_estimate(stats)
+    if est is None:
+        return None
+    return "1.00x" if stats.mode == "off" else f"≈{est:.2f}x est."
 
 
 def status_text(stats: Stats | None, draft_name: str | None) -> str:
@@ -79,9 +86,9 @@ def status_text(stats: Stats | None, draft_name: str | None) -> str:
         parts.append(f"acc {acc:.0%}" if acc is not None else "acc –")
         parts.append(f"{stats.tokens_per_step:.2f} tok/step")
     parts.append(f"{_speed(stats.tokens_per_second)} tok/s")
-    est = speedup_estimate(stats)
-    if est is not None:
-        parts.append(f"≈{est:.2f}x est.")
+    label = _speedup_label(stats)
+    if label is not None:
+        parts.append(label)
     return " · ".join(parts)
 
 
@@ -93,9 +100,9 @@ def summary_text(stats: Stats, draft_name: str | None, reason: str | None) -> st
         parts.append(f"acc {stats.acceptance or 0:.0%}")
     if stats.mode != "off":
         parts.append(f"{stats.tokens_per_step:.2f} tok/step")
-    est = speedup_estimate(stats)
-    if est is not None:
-        parts.append(f"≈{est:.2f}x est.")
+    label = _speedup_label(stats)
+    if label is not None:
+        parts.append(label)
     new = stats.prompt_tokens - stats.prompt_cached
     parts.append(f"prompt +{new} tok {stats.prompt_seconds * 1000:.0f} ms")
     if stats.first_token_seconds > 0:

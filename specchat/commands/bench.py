@@ -28,15 +28,16 @@ from rich.progress import (
 from specchat.bench import prompts as bp
 from specchat import output, storage
 from specchat.bench import ttft
+from specchat.bench.peer import ChatCompletionPeer
 from specchat.bench.report import print_calibration, render, summarize, to_json
 from specchat.bench.runner import BenchResult, Step, parse_modes, run_bench
 from specchat.commands import common as c
 from specchat.config import Settings
-from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
+from specchat.errors import EXIT_INTERRUPTED, ModelError, SpecchatError, UsageError
 from specchat.optflags import with_options
 from specchat.options import MODEL, group
 from specchat.promptcache import PromptCache
-from specchat.runtime import Runtime, measured_auto_state, open_runtime
+from specchat.runtime import LoadSettings, Runtime, measured_auto_state, open_runtime
 
 DEFAULT_MODES = ("auto", "ngram", "draft")
 DEFAULT_MAX_TOKENS = 128
@@ -71,6 +72,9 @@ def bench(
         "then go to stderr).", metavar="FILE")] = None,
     warmup: Annotated[bool, typer.Option(
         "--warmup/--no-warmup", help="A few untimed tokens in every mode first.")] = True,
+    peer: Annotated[bool, typer.Option(
+        "--llama-cpp/--no-llama-cpp", help="Also time llama-cpp-python's own "
+        "create_chat_completion on the same GGUF and threads (column 'vs lcp').")] = True,
     calibrate: Annotated[bool, typer.Option(
         "--calibrate", help="Measure and print what a verify batch costs here (and the "
         "break-even acceptance), then exit.")] = False,
@@ -90,10 +94,13 @@ def bench(
                               runtime.info.draft_name)
             return
         mode_list = _available_modes(runtime, mode_list, explicit=modes is not None)
+        plain = _plain_peer(runtime, loading) if peer else None
+        if plain is not None:
+            mode_list = [*mode_list, plain.name]
         with _progress(len(chosen) * len(mode_list)) as listener, \
                 tempfile.TemporaryDirectory(prefix="specchat-bench-") as cache_dir:
             result = run_bench(runtime, chosen, mode_list, options, listener=listener,
-                               warmup=warmup,
+                               warmup=warmup, peer=plain,
                                prompt_cache=PromptCache(Path(cache_dir), min_new_tokens=0))
         described = _settings(file, categories, limit, mode_list, options, runtime, ctx)
     _report(result, mode_list, described, json_file, greedy=options.sampling.greedy)
@@ -101,6 +108,23 @@ def bench(
         raise SpecchatError("no prompt fitted in the context: raise --ctx or lower --max-tokens")
     if result.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _plain_peer(runtime: Runtime, loading: LoadSettings) -> ChatCompletionPeer | None:
+    """llama-cpp-python's Llama on the target's file, with specchat's thread count; closed
+    with the runtime. None (with a note) when it cannot load that file."""
+    from specchat.llm import plain_chat_llama
+    from specchat.llm.helpers import default_threads
+
+    try:
+        llm = plain_chat_llama(runtime.info.target_path, n_ctx=runtime.target.n_ctx,
+                               n_threads=loading.threads or default_threads(),
+                               n_gpu_layers=loading.n_gpu_layers)
+    except (ModelError, ValueError) as exc:
+        print(f"specchat: note: the llama-cpp baseline is left out: {exc}", file=sys.stderr)
+        return None
+    runtime.closers.append(llm.close)
+    return ChatCompletionPeer(llm)
 
 
 def _chosen_prompts(file: Path | None, categories: str | None,

@@ -11,6 +11,7 @@ Exactness does not depend on any of this: the loop verifies whatever is proposed
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import numpy as np
 
 from specchat.engine.cost import (
     DRAFT_MODEL_PRIOR,
+    MAX_N,
     NGRAM_PRIORS,
     AcceptanceModel,
     Candidate,
@@ -70,6 +72,29 @@ class AutoState:
         for m in self.models.values():
             m.fade(ANSWER_FADE)
 
+    def export_acceptance(self) -> dict[str, dict[str, list[float]]]:
+        """The acceptance counts learnt so far, JSON-ready, for the next process to start
+        from (one `ask` per prompt would otherwise always start from the priors)."""
+        return {json.dumps(list(key)): {"hits": list(m.hits), "trials": list(m.trials)}
+                for key, m in self.models.items() if isinstance(key, tuple)}
+
+    def import_acceptance(self, data: object) -> int:
+        """Counts an earlier process exported; malformed entries are skipped. Returns how
+        many were taken."""
+        if not isinstance(data, dict):
+            return 0
+        taken = 0
+        for name, counts in data.items():
+            key = _parse_key(name)
+            hits, trials = _counts(counts, "hits"), _counts(counts, "trials")
+            if key is None or hits is None or trials is None or any(
+                    h > t + 1e-9 for h, t in zip(hits, trials, strict=True)):
+                continue
+            model = self.model(key)
+            model.hits, model.trials = hits, trials
+            taken += 1
+        return taken
+
     def draft_model_can_pay(self, k_max: int) -> bool:
         """False when even the best acceptance a draft model reaches could not beat plain
         steps: then the draft model is never prepared, so its prefill is not paid either."""
@@ -100,6 +125,29 @@ class AutoState:
             "last_choice": {"drafter": self.last.drafter, "k": self.last.k,
                             "expected_speedup": round(self.last.expected_speedup, 3)},
         }
+
+
+def _parse_key(name: object) -> tuple[Any, ...] | None:
+    """("ngram", bucket, streak) or ("draft", streak) from its JSON form, else None."""
+    try:
+        key = tuple(json.loads(name)) if isinstance(name, str) else None
+    except ValueError:
+        return None
+    if not key or key[-1] not in STREAK_PRIOR_SHIFT or isinstance(key[-1], bool):
+        return None
+    if key[0] == "ngram" and len(key) == 3 and key[1] in range(len(NGRAM_PRIORS)):
+        return key
+    return key if key[0] == "draft" and len(key) == 2 else None
+
+
+def _counts(counts: object, name: str) -> list[float] | None:
+    values = counts.get(name) if isinstance(counts, dict) else None
+    if not isinstance(values, list) or len(values) != MAX_N:
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e6
+               for v in values):
+        return None
+    return [float(v) for v in values]
 
 
 def _key_name(key: Hashable) -> str:
@@ -164,6 +212,10 @@ class AutoPolicy:
         if self._key is not None and drafted:
             self.state.model(self._key).observe(drafted, accepted)
             self._last = LAST_FULL if accepted >= drafted else LAST_FAILED
+        elif not drafted:
+            # A miss says the next step's draft is doubtful, not every later one: without
+            # this, an answer whose draft once missed could stay plain through long copies.
+            self._last = NO_DRAFT_YET
         self._key = None
 
     # --- choosing ----------------------------------------------------------------------------

@@ -14,10 +14,16 @@ where a_j is the acceptance rate at draft position j given that positions < j we
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 MAX_N = 17  # verify batches of up to 16 drafted tokens plus the last committed one
+# When the median of the last DRIFT_WINDOW observed/tabled cost ratios is off by more than
+# DRIFT_LIMIT (either way), the whole table is rescaled at once rather than left to the slow
+# EMA: the machine got busier or quieter, and every batch size moves together.
+DRIFT_LIMIT = 1.2
+DRIFT_WINDOW = 16
 
 
 @dataclass
@@ -26,6 +32,9 @@ class CostTable:
 
     seconds: list[float]
     weight: float = 0.05  # EMA weight of one observation: the machine drifts, slowly
+    recent: list[float] = field(default_factory=list, repr=False)  # observed / reference
+    reference: list[float] = field(default_factory=list, repr=False)  # table at window start
+    rescaled: int = 0  # how often drift rescaled the table (the cache is then stale)
 
     @classmethod
     def from_ratios(cls, step_seconds: float, ratios: Sequence[float]) -> CostTable:
@@ -44,9 +53,25 @@ class CostTable:
             return
         if n > len(self.seconds):
             self.seconds.extend(self.cost(i) for i in range(len(self.seconds) + 1, n + 1))
+        self._track_drift(n, seconds)
         old = self.seconds[n - 1]
         self.seconds[n - 1] = (1 - self.weight) * old + self.weight * seconds
         self._keep_monotone(n)
+
+    def _track_drift(self, n: int, seconds: float) -> None:
+        # Against the table as it was when the window opened: the EMA moves meanwhile.
+        if len(self.reference) < len(self.seconds):
+            self.reference = list(self.seconds)
+            self.recent.clear()
+        self.recent.append(seconds / self.reference[n - 1])
+        if len(self.recent) < DRIFT_WINDOW:
+            return
+        drift = statistics.median(self.recent)
+        if drift > DRIFT_LIMIT or drift * DRIFT_LIMIT < 1.0:
+            self.seconds = [s * drift for s in self.reference]
+            self.rescaled += 1
+        self.reference = list(self.seconds)
+        self.recent.clear()
 
     def _keep_monotone(self, changed: int) -> None:
         # A bigger batch never costs less; noise must not make drafting look free.

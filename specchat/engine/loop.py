@@ -39,6 +39,7 @@ from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefi
 from specchat.engine.sampling import greedy_token, probs, recent_window
 from specchat.engine.stats import Stats, StatsBuilder
 from specchat.engine.text import TextStream
+from specchat.engine.threads import ThreadGovernor
 
 Clock = Callable[[], float]
 ProgressCallback = Callable[[Progress], None]
@@ -54,7 +55,8 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
              token_bytes: Callable[[int], bytes] | None = None,
              clock: Clock = time.perf_counter,
              auto: AutoState | None = None, progress: ProgressCallback | None = None,
-             restore: Restore | None = None) -> Generator[Event, None, None]:
+             restore: Restore | None = None,
+             governor: ThreadGovernor | None = None) -> Generator[Event, None, None]:
     """Stream the answer to `prompt` (token ids) as Chunk events, then one Finished.
 
     `auto` carries what the `auto` mode measured and learnt in earlier answers (costs,
@@ -77,7 +79,7 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
         drafter = controller = AutoPolicy(auto, drafter, model_drafter, options.draft_max)
     run = _Run(target, tokens, options, drafter, controller,
                token_bytes or target.token_bytes, clock, auto)
-    run.progress, run.restore = progress, restore
+    run.progress, run.restore, run.governor = progress, restore, governor
     return run.events()
 
 
@@ -126,6 +128,7 @@ class _Run:
         self.decode_start = self.start = clock()
         self.progress: ProgressCallback | None = None
         self.restore: Restore | None = None
+        self.governor: ThreadGovernor | None = None
 
     def events(self) -> Generator[Event, None, None]:
         try:
@@ -197,9 +200,13 @@ class _Run:
         stats.draft_seconds += t1 - t0
         stats.verify_seconds += t2 - t1
         stats.sample_seconds += t3 - t2
-        stats.record_step(len(draft.tokens), n)
+        stats.record_step(len(draft.tokens), n, seconds=t3 - t1)
         if self.auto is not None:
             self.auto.target_costs.observe(len(batch), t2 - t1)
+        if self.governor is not None:
+            costs = self.auto.target_costs if self.auto is not None else None
+            ratio = costs.cost(len(batch)) / costs.cost(1) if costs else float(len(batch))
+            self.governor.observe(t2 - t1, ratio)
         self.controller.observe(len(draft.tokens), n, draft_seconds=t1 - t0,
                                 verify_seconds=t2 - t1)
         return [*draft.tokens[:n], token], [True] * n + [False]

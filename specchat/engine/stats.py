@@ -12,6 +12,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+# Fewer in-answer plain steps than this are too noisy to stand for plain decoding's cost
+# (unless every step was plain): the calibrated cost is used instead.
+MIN_PLAIN_STEPS = 4
+
 
 class Rates:
     """Ratios recomputed from summed counts (never averaged), for one answer or a session."""
@@ -57,16 +61,40 @@ class Stats(Rates):
     sample_seconds: float = 0.0
     decode_seconds: float = 0.0  # wall time from the end of prefill
     last_k: int = 0  # the draft length the controller asked for last
-    plain_step_seconds: float = 0.0  # measured cost of one plain target step (0: unknown)
+    plain_step_seconds: float = 0.0  # calibrated cost of one plain target step (0: unknown)
+    plain_steps: int = 0  # steps of this answer that verified one token and drafted none
+    plain_seconds: float = 0.0  # their verify + sampling time, measured in this answer
+
+    @property
+    def plain_token_seconds(self) -> float | None:
+        """What one plain step (verify + sample) costs: measured in this answer when it took
+        enough plain steps, else the calibrated step plus this answer's sampling per step."""
+        if self.plain_steps and (self.plain_steps >= MIN_PLAIN_STEPS
+                                 or self.plain_steps == self.steps):
+            return self.plain_seconds / self.plain_steps
+        if self.plain_step_seconds > 0 and self.steps:
+            return self.plain_step_seconds + self.sample_seconds / self.steps
+        return None
 
     @property
     def speedup_estimate(self) -> float | None:
-        """Tokens/s over what plain decoding would do here: one step per token, each costing
-        the measured single-token verify plus this answer's per-step sampling overhead."""
-        if self.plain_step_seconds <= 0 or not self.steps or self.decode_seconds <= 0:
+        """This answer's decode time over what plain decoding would have taken here.
+
+        Plain decoding = one plain step per token, plus the same time outside verify,
+        drafting and sampling (detokenizing, streaming) that this answer spent: that part is
+        mostly per token, so charging plain decoding no more than it keeps the figure low
+        rather than flattering. `off` is its own baseline: exactly 1.
+        """
+        if not self.steps or self.decode_seconds <= 0:
             return None
-        plain = self.plain_step_seconds + self.sample_seconds / self.steps
-        return self.tokens_per_second * plain
+        if self.mode == "off":
+            return 1.0
+        per_token = self.plain_token_seconds
+        if per_token is None:
+            return None
+        outside = max(self.decode_seconds - self.verify_seconds - self.draft_seconds
+                      - self.sample_seconds, 0.0)
+        return (self.generated * per_token + outside) / self.decode_seconds
 
     @property
     def prompt_evaluated(self) -> int:
@@ -91,7 +119,7 @@ class Stats(Rates):
             value = getattr(self, f.name)
             out[f.name] = list(value) if isinstance(value, tuple) else value
         for name in ("acceptance", "tokens_per_step", "tokens_per_second", "mean_accepted",
-                     "speedup_estimate", "prompt_evaluated", "prompt_tokens_per_second"):
+                     "plain_token_seconds", "speedup_estimate", "prompt_evaluated", "prompt_tokens_per_second"):
             out[name] = getattr(self, name)
         return out
 
@@ -119,11 +147,16 @@ class StatsBuilder:
     sample_seconds: float = 0.0
     last_k: int = 0
     plain_step_seconds: float = 0.0
+    plain_steps: int = 0
+    plain_seconds: float = 0.0
 
-    def record_step(self, drafted: int, accepted: int) -> None:
+    def record_step(self, drafted: int, accepted: int, seconds: float = 0.0) -> None:
+        """One verify call; `seconds` (verify + sampling) is kept for plain steps."""
         self.steps += 1
         if drafted == 0:
             self.steps_empty += 1
+            self.plain_steps += 1
+            self.plain_seconds += seconds
             return
         self.drafted += drafted
         self.accepted += accepted
@@ -150,6 +183,7 @@ class StatsBuilder:
             draft_seconds=self.draft_seconds, verify_seconds=self.verify_seconds,
             sample_seconds=self.sample_seconds, decode_seconds=decode_seconds,
             last_k=self.last_k, plain_step_seconds=self.plain_step_seconds,
+            plain_steps=self.plain_steps, plain_seconds=self.plain_seconds,
         )
 
 

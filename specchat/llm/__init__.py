@@ -15,13 +15,14 @@ from specchat.llm.vocab import VocabInfo, check_compatible, compatibility_proble
 
 _BACKEND_NAMES = frozenset({
     "LlamaModel", "load_model", "gpu_devices", "gpu_offload_supported", "read_model_shape",
-    "read_vocab_info", "requantize", "system_info",
+    "read_vocab_info", "requantize", "system_info", "plain_chat_llama",
 })
 
 __all__ = [
     "ChatTemplate", "LlamaModel", "StreamDecoder", "VocabInfo", "chat_tokens", "check_compatible",
     "compatibility_problems", "gpu_devices", "gpu_offload_supported", "load_model",
-    "read_model_shape", "read_vocab_info", "requantize", "system_info",
+    "plain_chat_llama", "read_model_shape", "read_vocab_info", "requantize",
+    "system_info",
 ]
 
 

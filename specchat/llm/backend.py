@@ -66,11 +66,12 @@ def gpu_offload_supported() -> bool:
 
 def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None = None,
                n_threads: int | None = None, n_batch: int = 512,
-               verbose: bool = False) -> LlamaModel:
+               flash_attn: bool | None = None, verbose: bool = False) -> LlamaModel:
     """Load a GGUF file with a fresh, empty KV cache of n_ctx positions.
 
     n_gpu_layers None offloads every layer when the build can, else none. n_ctx 0 means the
-    model's trained context; more than that is a UsageError naming the limit.
+    model's trained context; more than that is a UsageError naming the limit. flash_attn None
+    leaves it to llama.cpp ("auto").
     Raises ModelError (one line) for a missing file, a non-GGUF file or a failed load.
     """
     path = Path(path)
@@ -82,11 +83,13 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
     model = _open_model(path, params, f"llama.cpp could not load {path}")
     try:
         n_ctx = _checked_ctx(n_ctx, int(llama_cpp.llama_model_n_ctx_train(model)), path)
-        ctx = _new_context(model, n_ctx, n_batch, n_threads or default_threads())
+        ctx = _new_context(model, n_ctx, n_batch, n_threads or default_threads(), flash_attn)
     except BaseException:
         llama_cpp.llama_model_free(model)
         raise
-    return LlamaModel(path, model, ctx, n_batch, gpu_layers=n_gpu_layers)
+    loaded = LlamaModel(path, model, ctx, n_batch, gpu_layers=n_gpu_layers)
+    loaded.flash_attn = flash_attn
+    return loaded
 
 
 def _checked_ctx(n_ctx: int, trained: int, path: Path) -> int:
@@ -195,8 +198,12 @@ def _vocab_info(model: Any, name: str, metadata: dict[str, str],
     )
 
 
-def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int) -> Any:
+def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
+                 flash_attn: bool | None = None) -> Any:
     params = llama_cpp.llama_context_default_params()
+    if flash_attn is not None:
+        params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
+                                  else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
     params.n_ctx = n_ctx
     params.n_batch = params.n_ubatch = n_batch  # one llama_decode call = one ubatch
     params.n_seq_max = 1
@@ -237,6 +244,7 @@ class LlamaModel:
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))
         self._n_batch = n_batch
+        self.flash_attn: bool | None = None  # None: llama.cpp's own choice ("auto")
         self._tokens: list[int] = []
         self._pieces: dict[int, bytes] = {}
         self._eog: frozenset[int] | None = None
@@ -325,6 +333,22 @@ class LlamaModel:
         for k, i in wanted:
             row = llama_cpp.llama_get_logits_ith(self._ctx, i)
             out[k] = np.ctypeslib.as_array(row, shape=(self._n_vocab,))
+
+    def set_flash_attn(self, enabled: bool) -> None:
+        """A new, empty KV cache with flash attention on or off (same weights, threads)."""
+        self._check_open()
+        n_threads = int(llama_cpp.llama_n_threads(self._ctx))
+        ctx = _new_context(self._model, self._n_ctx, self._n_batch, n_threads, enabled)
+        llama_cpp.llama_free(self._ctx)
+        self._ctx, self._mem = ctx, llama_cpp.llama_get_memory(ctx)
+        self._tokens.clear()
+        self.flash_attn = enabled
+
+    def set_threads(self, n: int) -> None:
+        """Threads for the next decodes (llama.cpp applies it per call): fewer when other
+        processes compete for the cores."""
+        self._check_open()
+        llama_cpp.llama_set_n_threads(self._ctx, n, n)
 
     def truncate(self, n: int) -> None:
         """Forget every position >= n."""
@@ -480,6 +504,18 @@ class LlamaModel:
             self.close()
         except Exception:  # noqa: BLE001, S110 - at interpreter exit llama_cpp may be gone
             pass
+
+
+def plain_chat_llama(path: Path | str, *, n_ctx: int, n_threads: int,
+                     n_gpu_layers: int | None = None) -> Any:
+    """llama-cpp-python's own high-level `Llama` on the same file, its defaults otherwise:
+    the plain decoder `specchat bench` times itself against (the caller closes it).
+    Layers are offloaded as load_model would, so both run on the same device."""
+    check_gguf_file(Path(path))
+    if n_gpu_layers is None:
+        n_gpu_layers = -1 if gpu_offload_supported() else 0
+    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads,
+                           n_threads_batch=n_threads, n_gpu_layers=n_gpu_layers, verbose=False)
 
 
 # --- tools: requantize, system info -------------------------------------------------------------
