@@ -24,9 +24,9 @@ app = typer.Typer(
 
 
 def _register_commands() -> None:
-    from specchat.commands import ask, bench, chat, doctor, models
+    from specchat.commands import ask, bench, chat, doctor, models, serve
 
-    for module in (ask, chat, models, bench, doctor):
+    for module in (ask, chat, models, bench, doctor, serve):
         module.register(app)
 
 

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from specchat.engine.auto import AutoState
 from specchat.engine.events import Event
@@ -35,6 +35,32 @@ class RuntimeInfo:
     notes: list[str] = field(default_factory=list)
 
 
+class Backend(Protocol):
+    """What the chat and `ask` need from whatever answers: local models (Runtime) or a remote
+    server (specchat.remote.RemoteRuntime). Token ids, the context size and the KV cache are
+    local-only, so they are optional here (None: unknown, the server enforces its own)."""
+
+    info: RuntimeInfo
+    token_bytes: Callable[[int], bytes] | None
+    chat_tokens: Callable[[Sequence[Message]], list[int]] | None  # with n_ctx, or None
+
+    @property
+    def n_ctx(self) -> int | None: ...
+
+    def answer(self, messages: Sequence[Message], options: GenerationOptions
+               ) -> Iterator[Event]: ...
+
+    def complete(self, text: str, options: GenerationOptions) -> Iterator[Event]: ...
+
+    def effective_options(self, options: GenerationOptions) -> GenerationOptions: ...
+
+    def cached_tokens(self) -> int | None: ...
+
+    def stats_lines(self, options: GenerationOptions) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class Runtime:
     """A target (and maybe a draft) ready to answer; engine calls go through here."""
@@ -53,6 +79,39 @@ class Runtime:
         options = self.effective_options(options)
         draft = self.draft if options.spec in ("draft", "auto") else None
         return generate(self.target, prompt, options, draft=draft, auto=self.auto)
+
+    # --- the Backend interface (what the chat and ask use) -----------------------------
+    @property
+    def n_ctx(self) -> int:
+        return self.target.n_ctx
+
+    @property
+    def token_bytes(self) -> Callable[[int], bytes]:
+        return self.target.token_bytes
+
+    def answer(self, messages: Sequence[Message], options: GenerationOptions
+               ) -> Iterator[Event]:
+        return self.stream(self.fitting(self.chat_tokens(messages)), options)
+
+    def complete(self, text: str, options: GenerationOptions) -> Iterator[Event]:
+        return self.stream(self.fitting(self.raw_tokens(text)), options)
+
+    def fitting(self, tokens: list[int]) -> list[int]:
+        """The tokens, or a usage error when they leave no room in the context."""
+        n_ctx = self.target.n_ctx
+        if len(tokens) >= n_ctx:
+            over = len(tokens) - n_ctx + 1
+            raise UsageError(f"prompt is {len(tokens)} tokens, {over} over what a context of "
+                             f"{n_ctx} leaves for an answer: raise --ctx or shorten the prompt")
+        return tokens
+
+    def cached_tokens(self) -> int | None:
+        return len(self.target.tokens)
+
+    def stats_lines(self, options: GenerationOptions) -> list[str]:
+        from specchat.report import auto_lines
+
+        return auto_lines(self.auto, self.draft is not None) if options.spec == "auto" else []
 
     def effective_options(self, options: GenerationOptions) -> GenerationOptions:
         """Check the mode against what is loaded; refuse what cannot be honoured."""

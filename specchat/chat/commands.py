@@ -17,7 +17,6 @@ from specchat.chat import clipboard
 from specchat.chat.session import ChatSession
 from specchat.engine.options import SPEC_MODES, GenerationOptions, SamplingOptions
 from specchat.errors import UsageError
-from specchat.report import auto_lines
 
 Handler = Callable[[ChatSession, str], None]
 Completer = Callable[[ChatSession, Sequence[str]], list[str]]
@@ -135,21 +134,29 @@ def _help(session: ChatSession, arg: str) -> None:
 
 def _show(session: ChatSession, arg: str) -> None:
     info = session.runtime.info
-    used, n_ctx = session.context_use()
     conv = session.conversation
     template = info.template_note or "the model's own"
     lines = [
         f"model     {info.target_name}  {info.target_path}",
         f"draft     {info.draft_name or 'none'}  {info.draft_path or ''}".rstrip(),
         f"template  {template}{' (fallback)' if info.template_is_fallback else ''}",
-        f"context   {used} / {n_ctx} tokens ({used / max(n_ctx, 1):.0%}); "
-        f"cache holds {len(session.runtime.target.tokens)}"
-        + (f"; {conv.start} oldest turns left out" if conv.start else ""),
+        f"context   {_context_line(session)}",
         f"system    {conv.system or '(none)'}",
         f"saved to  {session.store.path} ({len(conv.turns)} turns)",
         "options   " + "  ".join(f"{k}={v!r}" for k, v in flat_options(session.options).items()),
     ]
     session.renderer.lines(lines + [f"note      {n}" for n in info.notes])
+
+
+def _context_line(session: ChatSession) -> str:
+    use = session.context_use()
+    if use is None:
+        return "the server's (it says when the conversation no longer fits)"
+    used, n_ctx = use
+    left_out = session.conversation.start
+    return (f"{used} / {n_ctx} tokens ({used / max(n_ctx, 1):.0%}); cache holds "
+            f"{session.runtime.cached_tokens()}"
+            + (f"; {left_out} oldest turns left out" if left_out else ""))
 
 
 def _system(session: ChatSession, arg: str) -> None:
@@ -214,10 +221,7 @@ def _copy(session: ChatSession, arg: str) -> None:
 
 
 def _stats(session: ChatSession, arg: str) -> None:
-    lines = session.tally.lines()
-    if session.options.spec == "auto":
-        lines += auto_lines(session.runtime.auto, session.runtime.draft is not None)
-    session.renderer.lines(lines)
+    session.renderer.lines(session.tally.lines() + session.runtime.stats_lines(session.options))
 
 
 def _mode(session: ChatSession, arg: str) -> None:

@@ -19,7 +19,7 @@ from specchat.engine.events import Chunk, Finished
 from specchat.engine.options import GenerationOptions, OptionError
 from specchat.engine.protocol import ContextFullError
 from specchat.errors import SpecchatError, UsageError
-from specchat.runtime import Runtime
+from specchat.runtime import Backend, Message
 
 
 @dataclass
@@ -39,7 +39,7 @@ class ErrorLog:
 
 @dataclass
 class ChatSession:
-    runtime: Runtime
+    runtime: Backend
     options: GenerationOptions
     renderer: Renderer
     conversation: Conversation = field(default_factory=Conversation)
@@ -50,15 +50,7 @@ class ChatSession:
     # --- turns ------------------------------------------------------------------------
     def ask(self, text: str) -> Turn | None:
         """Answer `text` with the whole history; keep the turn (even a partial one)."""
-        n_ctx = self.runtime.target.n_ctx
-        reserve = min(self.options.max_tokens, max(n_ctx // 4, 1))
-        fitted = self.conversation.fit(text, self.runtime.chat_tokens, n_ctx, reserve)
-        if fitted.newly_dropped:
-            self.renderer.note(
-                f"context full: the {fitted.newly_dropped} oldest turn"
-                f"{'s' if fitted.newly_dropped > 1 else ''} left out of the prompt from now on "
-                "(still in the saved conversation)")
-        events = self.runtime.stream(fitted.tokens, self.options)
+        events = self.runtime.answer(self._fit(text), self.options)
         finished: Finished | None = None
         interrupted = False
         with self.renderer.answer() as view:
@@ -82,6 +74,22 @@ class ChatSession:
             turn = self._commit(text, view.text, finished, interrupted, view)
             view.finish(finished, interrupted)
         return turn
+
+    def _fit(self, text: str) -> list[Message]:
+        """The messages to send: locally, oldest turns left out when the context is full;
+        a remote server (no n_ctx here) enforces its own context."""
+        n_ctx = self.runtime.n_ctx
+        if n_ctx is not None:
+            reserve = min(self.options.max_tokens, max(n_ctx // 4, 1))
+            tokenize = self.runtime.chat_tokens
+            assert tokenize is not None  # local models: both or neither
+            fitted = self.conversation.fit(text, tokenize, n_ctx, reserve)
+            if fitted.newly_dropped:
+                self.renderer.note(
+                    f"context full: the {fitted.newly_dropped} oldest turn"
+                    f"{'s' if fitted.newly_dropped > 1 else ''} left out of the prompt from "
+                    "now on (still in the saved conversation)")
+        return self.conversation.messages(text)
 
     def _commit(self, text: str, partial: str, finished: Finished | None,
                 interrupted: bool, view: Any) -> Turn | None:
@@ -152,10 +160,15 @@ class ChatSession:
         self.options = options
         return options
 
-    def context_use(self) -> tuple[int, int]:
-        """Tokens the history takes now (as the next prompt would send it), and n_ctx."""
-        tokens = self.runtime.chat_tokens(self.conversation.messages())
-        return len(tokens), self.runtime.target.n_ctx
+    def context_use(self) -> tuple[int, int] | None:
+        """Tokens the history takes now (as the next prompt would send it), and n_ctx;
+        None for a remote server, whose tokenizer and context are its own."""
+        n_ctx = self.runtime.n_ctx
+        if n_ctx is None:
+            return None
+        tokenize = self.runtime.chat_tokens
+        assert tokenize is not None  # local models: both or neither
+        return len(tokenize(self.conversation.messages())), n_ctx
 
     def report(self, exc: BaseException) -> None:
         """An error as one line; the traceback only into the --verbose log."""

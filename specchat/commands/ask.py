@@ -7,18 +7,20 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from typing import Annotated, Optional
 
 import typer
 
 from specchat.commands import common as c
 from specchat.config import Settings
-from specchat.engine.events import Chunk, Finished
+from specchat.engine.events import Chunk, Event, Finished
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, UsageError
 from specchat.optflags import with_options
 from specchat.report import summary_line
-from specchat.runtime import Runtime, open_runtime
+from specchat.runtime import Backend, open_runtime
+
 
 def register(app: typer.Typer) -> None:
     app.command("ask", help="Answer one prompt (argument and/or stdin) and exit.")(ask)
@@ -38,13 +40,15 @@ def ask(
 ) -> None:
     options = c.options_from(settings)
     text = read_prompt(prompt)
-    with open_runtime(c.load_settings(settings, quiet=json_out)) as runtime:
-        tokens = prompt_tokens(runtime, text, settings["system"], raw)
-        finished = stream_answer(runtime, tokens, options, echo=not json_out)
+    backend: Backend = c.open_remote(settings, options) if settings["endpoint"] else \
+        open_runtime(c.load_settings(settings, quiet=json_out))
+    with backend:
+        events = answer_events(backend, text, settings["system"], raw, options)
+        finished = stream_answer(events, echo=not json_out)
     if finished is None:
         raise typer.Exit(EXIT_INTERRUPTED)
     if json_out:
-        print(json.dumps(answer_json(runtime, finished), ensure_ascii=False))
+        print(json.dumps(answer_json(backend, finished), ensure_ascii=False))
     if stats:
         print(summary_line(finished.stats, finished.reason), file=sys.stderr)
 
@@ -68,28 +72,20 @@ def read_prompt(words: list[str] | None) -> str:
     return text
 
 
-def prompt_tokens(runtime: Runtime, text: str, system: str | None, raw: bool) -> list[int]:
-    """Tokens of the prompt; refuses one that leaves no room in the context for an answer."""
+def answer_events(backend: Backend, text: str, system: str | None, raw: bool,
+                  options: GenerationOptions) -> Iterator[Event]:
+    """The answer to the prompt: chat-templated, or verbatim with --raw."""
     if raw:
         if system:
             raise UsageError("--system has no meaning with --raw (the text is sent verbatim)")
-        tokens = runtime.raw_tokens(text)
-    else:
-        messages = [{"role": "system", "content": system}] if system else []
-        messages.append({"role": "user", "content": text})
-        tokens = runtime.chat_tokens(messages)
-    n_ctx = runtime.target.n_ctx
-    if len(tokens) >= n_ctx:
-        over = len(tokens) - n_ctx + 1
-        raise UsageError(f"prompt is {len(tokens)} tokens, {over} over what a context of "
-                         f"{n_ctx} leaves for an answer: raise --ctx or shorten the prompt")
-    return tokens
+        return backend.complete(text, options)
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": text})
+    return backend.answer(messages, options)
 
 
-def stream_answer(runtime: Runtime, tokens: list[int], options: GenerationOptions,
-                  echo: bool) -> Finished | None:
+def stream_answer(events: Iterator[Event], echo: bool) -> Finished | None:
     """Stream chunks to stdout; None when Ctrl-C stopped the answer."""
-    events = runtime.stream(tokens, options)
     finished: Finished | None = None
     try:
         for event in events:
@@ -99,7 +95,9 @@ def stream_answer(runtime: Runtime, tokens: list[int], options: GenerationOption
             elif isinstance(event, Finished):
                 finished = event
     except KeyboardInterrupt:
-        events.close()
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
         if echo:
             sys.stdout.write("\n")
         print("specchat: interrupted", file=sys.stderr)
@@ -110,13 +108,14 @@ def stream_answer(runtime: Runtime, tokens: list[int], options: GenerationOption
     return finished
 
 
-def answer_json(runtime: Runtime, finished: Finished) -> dict[str, object]:
+def answer_json(backend: Backend, finished: Finished) -> dict[str, object]:
+    auto = getattr(backend, "auto", None)  # local models only
     return {
         "text": finished.text,
         "tokens": list(finished.tokens),
         "finish_reason": finished.reason,
-        "model": runtime.info.target_name,
-        "draft": runtime.info.draft_name,
+        "model": backend.info.target_name,
+        "draft": backend.info.draft_name,
         "stats": finished.stats.to_dict(),
-        "auto": runtime.auto.explain() if finished.stats.mode == "auto" else None,
+        "auto": auto.explain() if auto is not None and finished.stats.mode == "auto" else None,
     }

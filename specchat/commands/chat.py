@@ -22,7 +22,7 @@ from specchat.config import Settings
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
 from specchat.optflags import with_options
-from specchat.runtime import Runtime, open_runtime
+from specchat.runtime import Backend, open_runtime
 
 def register(app: typer.Typer) -> None:
     app.command("chat", help="Chat in the terminal (piped stdin: answer it once and exit).")(
@@ -49,7 +49,9 @@ def chat(
         return  # `specchat chat < /dev/null`: nothing asked, nothing to do
     conversation, store = pick_conversation(continue_, load)  # a bad file fails before loading
     try:
-        with open_runtime(c.load_settings(settings, quiet=piped)) as runtime:
+        backend: Backend = c.open_remote(settings, options) if settings["endpoint"] else \
+            open_runtime(c.load_settings(settings, quiet=piped))
+        with backend as runtime:
             session = make_session(runtime, options, conversation, store, errors,
                                    plain=settings["plain"], show_draft=settings["show_draft"])
             apply_system(session, settings["system"])
@@ -81,12 +83,12 @@ def pick_conversation(continue_: bool, load: Path | None) -> tuple[Conversation,
     return Conversation(), Store()
 
 
-def make_session(runtime: Runtime, options: GenerationOptions, conversation: Conversation,
+def make_session(runtime: Backend, options: GenerationOptions, conversation: Conversation,
                  store: Store, errors: ErrorLog, *, plain: bool, show_draft: bool
                  ) -> ChatSession:
     config = RenderConfig.detect(sys.stdout, sys.stderr, plain=plain, show_draft=show_draft)
     renderer = Renderer(config, sys.stdout, sys.stderr, draft_name=runtime.info.draft_name,
-                        token_bytes=runtime.target.token_bytes)
+                        token_bytes=runtime.token_bytes)
     store.meta.update({"model": runtime.info.target_name, "draft": runtime.info.draft_name})
     options = runtime.effective_options(options)
     return ChatSession(runtime=runtime, options=options, renderer=renderer,

@@ -6,14 +6,19 @@ The options themselves are declared once, in specchat.options.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from specchat.config import Settings
 from specchat.engine.options import GenerationOptions
 from specchat.errors import UsageError
-from specchat.options import CHAT, GENERATION, MODEL, generation_options, group
+from specchat.options import CHAT, GENERATION, MODEL, REMOTE, generation_options, group
 from specchat.runtime import LoadSettings
 
-ASK_OPTIONS = group(MODEL, GENERATION)
-CHAT_OPTIONS = group(MODEL, GENERATION, CHAT)
+if TYPE_CHECKING:
+    from specchat.remote import RemoteRuntime
+
+ASK_OPTIONS = group(MODEL, GENERATION, REMOTE)
+CHAT_OPTIONS = group(MODEL, GENERATION, CHAT, REMOTE)
 
 
 def load_settings(settings: Settings, *, quiet: bool = False) -> LoadSettings:
@@ -33,3 +38,14 @@ def options_from(settings: Settings) -> GenerationOptions:
 
 
 DEFAULTS = GenerationOptions()
+
+
+def open_remote(settings: Settings, options: GenerationOptions) -> RemoteRuntime:
+    """--endpoint: the OpenAI-compatible server that answers instead of local models."""
+    from specchat.remote import RemoteRuntime
+
+    if settings.sources.get("draft") == "flag":
+        raise UsageError("--draft has no effect with --endpoint: the server chooses its own "
+                         "draft (specchat serve -d NAME, or vLLM's speculative config)")
+    return RemoteRuntime(settings["endpoint"], settings.get("api_key"), settings.get("model"),
+                         options)
