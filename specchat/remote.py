@@ -42,13 +42,15 @@ class RemoteRuntime:
     draft = None
 
     def __init__(self, endpoint: str, api_key: str | None, model: str | None,
-                 options: GenerationOptions, timeout: float = 600.0) -> None:
+                 options: GenerationOptions, timeout: float = 600.0,
+                 http_client: Any = None) -> None:
         import openai
 
         self._openai = openai
         self.url = base_url(endpoint)
+        # No retries: a retried chat request would be answered (and paid for) twice.
         self.client = openai.OpenAI(base_url=self.url, api_key=api_key or "none",
-                                    timeout=timeout, max_retries=0)
+                                    timeout=timeout, max_retries=0, http_client=http_client)
         self.model = model or self._only_model()
         self._spec = options.spec  # the server decides how it speculates
         self.info = RuntimeInfo(target_name=self.model, target_path=self.url,

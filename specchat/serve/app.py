@@ -151,6 +151,7 @@ async def _answer(worker: Worker, config: ServeConfig, body: GenerationFields,
 
 async def _stream(job: Job, item: Any, answer: Answer, include_usage: bool,
                   request: Request) -> AsyncIterator[str]:
+    ended = False
     try:
         opening = answer.first()
         if opening:
@@ -158,6 +159,7 @@ async def _stream(job: Job, item: Any, answer: Answer, include_usage: bool,
         while not isinstance(item, Done):
             if isinstance(item, APIError):
                 request.state.error = item.message
+                ended = True
                 yield error_event(item)
                 return  # no [DONE]: the client must see the answer is incomplete
             if isinstance(item, Chunk) and item.text:
@@ -167,12 +169,13 @@ async def _stream(job: Job, item: Any, answer: Answer, include_usage: bool,
                 for line in answer.finish(item, include_usage):
                     yield line
             item = await job.next()
+        ended = True
         yield DONE
     finally:
         # Reached on the client leaving too (the response task is cancelled): the worker
         # stops this answer after its current step.
         job.cancelled.set()
-        if not isinstance(item, Done) and not isinstance(item, Finished):
+        if not ended:
             request.state.error = "client disconnected"
 
 
