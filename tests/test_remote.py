@@ -110,3 +110,26 @@ def test_server_errors_are_one_line(server: TestClient) -> None:
 def test_unreachable_endpoint_says_so() -> None:
     with pytest.raises(SpecchatError, match="cannot reach http://127.0.0.1:9/v1"):
         RemoteRuntime("http://127.0.0.1:9", None, None, f.options(), timeout=5)
+
+
+def test_repl_keys_against_a_remote_server(tmp_path: Path, server: TestClient) -> None:
+    """The prompt-toolkit REPL, typed into through a pipe, with the remote backend."""
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from specchat.chat import repl
+
+    streams = f.Streams()
+    chat = remote_session(tmp_path, remote(server), streams)
+    local, _ = f.session(tmp_path / "l")
+    keys = "hello there\r/show\r/stats\rtell me more\r/undo\r\x04"
+    with create_pipe_input() as pipe:
+        pipe.send_text(keys)
+        prompt = repl.make_prompt(chat, history_path=None, input=pipe, output=DummyOutput())
+        code = repl.run(chat, prompt)
+    assert code == 0
+    assert [t.user for t in chat.conversation.turns] == ["hello there"]
+    want = local.ask("hello there")
+    assert want is not None and chat.conversation.turns[0].assistant == want.assistant
+    _, err = streams.take()
+    assert "remote off" in err and "error" not in err.lower()
