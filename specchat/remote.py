@@ -185,7 +185,7 @@ class _Live:
     def stats(self) -> Stats:
         now = time.perf_counter()
         first = self.first or now
-        common = dict(prompt_tokens=self.counts.get("prompt_tokens", 0),
+        common: dict[str, Any] = dict(prompt_tokens=self.counts.get("prompt_tokens", 0),
                       prompt_cached=self.counts.get("prompt_cached", 0),
                       prompt_seconds=first - self.begin)
         server = self.server
@@ -216,9 +216,9 @@ class _translate:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
         if exc is None or not isinstance(exc, self.openai.OpenAIError):
-            return False
+            return  # not ours: it goes on as it is
         if isinstance(exc, self.openai.APIConnectionError):
             raise SpecchatError(f"cannot reach {self.url} ({exc.__cause__ or exc}): is the "
                                 "server running, and is --endpoint right?") from None

@@ -7,10 +7,10 @@ The one place where presets, the llama.cpp layer and the engine meet, shared by 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from specchat.engine.auto import AutoState
 from specchat.engine.events import Event
@@ -40,9 +40,15 @@ class Backend(Protocol):
     server (specchat.remote.RemoteRuntime). Token ids, the context size and the KV cache are
     local-only, so they are optional here (None: unknown, the server enforces its own)."""
 
-    info: RuntimeInfo
-    token_bytes: Callable[[int], bytes] | None
-    chat_tokens: Callable[[Sequence[Message]], list[int]] | None  # with n_ctx, or None
+    @property
+    def info(self) -> RuntimeInfo: ...
+
+    @property
+    def token_bytes(self) -> Callable[[int], bytes] | None: ...
+
+    @property
+    def chat_tokens(self) -> Callable[[Sequence[Message]], list[int]] | None:
+        """Local models' chat template and tokenizer (None with n_ctx None)."""
 
     @property
     def n_ctx(self) -> int | None: ...
@@ -60,6 +66,10 @@ class Backend(Protocol):
 
     def close(self) -> None: ...
 
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: Any) -> None: ...
+
 
 @dataclass
 class Runtime:
@@ -74,7 +84,8 @@ class Runtime:
     closers: list[Callable[[], None]] = field(default_factory=list)
     auto: AutoState = field(default_factory=AutoState)  # learnt across answers
 
-    def stream(self, prompt: Sequence[int], options: GenerationOptions) -> Iterator[Event]:
+    def stream(self, prompt: Sequence[int], options: GenerationOptions
+               ) -> Generator[Event, None, None]:
         """Generate an answer to `prompt` tokens; the mode comes from options.spec."""
         options = self.effective_options(options)
         draft = self.draft if options.spec in ("draft", "auto") else None

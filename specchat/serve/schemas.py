@@ -14,7 +14,8 @@ from specchat.engine.stats import Stats
 
 FinishReason = Literal["stop", "length"]
 # The engine's reasons, in OpenAI's words: a full context cuts the answer like max_tokens.
-FINISH = {"eog": "stop", "stop": "stop", "length": "length", "context": "length"}
+FINISH: dict[str, FinishReason] = {"eog": "stop", "stop": "stop", "length": "length",
+                                   "context": "length"}
 
 
 class _Lenient(BaseModel):

@@ -28,6 +28,7 @@ from specchat.serve.schemas import (
     ChunkChoice,
     Completion,
     Delta,
+    FinishReason,
     SpeculativeUsage,
     TextChoice,
     Usage,
@@ -98,11 +99,10 @@ class Answer:
             out.append(event(body))
         return out
 
-    def _chunk(self, delta: Delta, reason: str | None = None) -> ChatCompletionChunk:
+    def _chunk(self, delta: Delta, reason: FinishReason | None = None) -> ChatCompletionChunk:
         return ChatCompletionChunk(id=self.id, created=self.created, model=self.model,
-                                   choices=[ChunkChoice(delta=delta,
-                                                        finish_reason=reason)])  # type: ignore[arg-type]
+                                   choices=[ChunkChoice(delta=delta, finish_reason=reason)])
 
-    def _completion(self, text: str, reason: str | None = None) -> Completion:
+    def _completion(self, text: str, reason: FinishReason | None = None) -> Completion:
         return Completion(id=self.id, created=self.created, model=self.model,
-                          choices=[TextChoice(text=text, finish_reason=reason)])  # type: ignore[arg-type]
+                          choices=[TextChoice(text=text, finish_reason=reason)])

@@ -16,7 +16,7 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,7 +169,7 @@ class Worker:
         job.push(Done())
         self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.monotonic() - start)
 
-    def _events(self, job: Job) -> Iterator[Event]:
+    def _events(self, job: Job) -> Generator[Event, None, None]:
         runtime = self.runtime
         assert runtime is not None
         if isinstance(job.prompt, str):
