@@ -16,7 +16,7 @@ from specchat.engine.events import Chunk, Finished
 from specchat.engine.loop import generate
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.options import GENERATION, BY_NAME, group
-from specchat.serve.app import ServeConfig, create_app
+from specchat.serve.app import ServeConfig, create_app, model_aliases
 from specchat.serve.worker import READY, Done, Job, Worker
 from tests.fake_runtime import chat_encode, encode, fake_model, fake_runtime
 from tests.fakes import FakeModel
@@ -233,6 +233,13 @@ def test_malformed_json_unknown_model_unknown_path(client: TestClient) -> None:
     assert err["code"] == "model_not_found" and "'fake'" in err["message"]
     err = _error(client.get("/v1/embeddings"), 404)
     assert "/v1/chat/completions" in err["message"]
+
+
+def test_a_model_file_path_has_friendly_names() -> None:
+    config = ServeConfig(model="qwen.gguf", defaults=DEFAULTS,
+                         aliases=model_aliases("/models/qwen.gguf"))
+    assert all(config.accepts(n) for n in ("qwen.gguf", "qwen", "/models/qwen.gguf"))
+    assert not config.accepts("gpt-4o")
 
 
 def test_context_overflow_is_400_with_its_code(client: TestClient) -> None:

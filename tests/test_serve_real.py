@@ -283,3 +283,19 @@ def test_full_queue_is_429_and_sigterm_exits_cleanly(smol: Path, tmp_path: Path)
         stop(server, signal.SIGKILL)
     log = server.log_text()
     assert "Traceback" not in log and "specchat: stopped" in log
+
+
+def test_a_request_extending_the_conversation_reuses_its_prefix(served: Served) -> None:
+    first_messages = [{"role": "user", "content": "Name a large river."}]
+    first = served.client().chat.completions.create(
+        model=MODEL, messages=first_messages, temperature=0, max_tokens=12)
+    answer = first.choices[0].message.content or ""
+    assert first.usage is not None
+    follow = served.client().chat.completions.create(
+        model=MODEL, temperature=0, max_tokens=8, messages=[
+            *first_messages, {"role": "assistant", "content": answer},
+            {"role": "user", "content": "Which country is it in?"}])
+    assert follow.usage is not None and follow.choices[0].message.content
+    cached = follow.usage.prompt_tokens_details.cached_tokens
+    assert first.usage.prompt_tokens <= cached < follow.usage.prompt_tokens
+    assert f"reused {cached} prompt tokens" in served.wait_log(f"reused {cached} prompt")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import typer
 
@@ -22,6 +23,7 @@ def register(app: typer.Typer) -> None:
 
 @with_options(SERVE_OPTIONS)
 def serve(*, settings: Settings) -> None:
+    from specchat.models import DEFAULT_TARGET
     from specchat.runtime import open_runtime
     from specchat.serve.app import ServeConfig, model_aliases
     from specchat.serve.server import run
@@ -33,11 +35,12 @@ def serve(*, settings: Settings) -> None:
     c.options_from(settings)  # bad generation defaults fail now, not on the first request
     load = c.load_settings(settings)
     defaults = {name: settings[name] for name in group(GENERATION) if name != "system"}
-    from specchat.models import DEFAULT_TARGET
-
     model = settings["model"] or DEFAULT_TARGET
-    config = ServeConfig(model=model, defaults=defaults, system=settings["system"],
-                         api_key=settings["api_key"], aliases=model_aliases(model, None))
+    # A file path is no name for clients to send: its file name is (the path works too).
+    name = Path(model).name if model.lower().endswith(".gguf") else model
+    config = ServeConfig(model=name, defaults=defaults, system=settings["system"],
+                         api_key=settings["api_key"],
+                         aliases=model_aliases(model))
     if settings["host"] not in ("127.0.0.1", "localhost", "::1") and not config.api_key:
         print(f"specchat: warning: listening on {settings['host']} without --api-key: anyone "
               "who can reach this port can use the model", file=sys.stderr)

@@ -50,12 +50,9 @@ class ServeConfig:
         return name == self.model or name in self.aliases
 
 
-def model_aliases(model: str, path: str | None) -> set[str]:
-    """Names a client may use besides the -m value: the file name, with and without .gguf."""
-    names = {Path(model).name, Path(model).stem}
-    if path:
-        names |= {Path(path).name, Path(path).stem}
-    return names
+def model_aliases(model: str) -> set[str]:
+    """Names a client may use for the -m value: itself, its file name with and without .gguf."""
+    return {model, Path(model).name, Path(model).stem}
 
 
 def create_app(worker: Worker, config: ServeConfig) -> FastAPI:

@@ -38,7 +38,11 @@ DONE = "data: [DONE]\n\n"
 
 
 def event(body: BaseModel | dict[str, Any]) -> str:
-    data = body.model_dump(exclude_none=False) if isinstance(body, BaseModel) else body
+    data = body.model_dump() if isinstance(body, BaseModel) else body
+    for choice in data.get("choices") or ():
+        delta = choice.get("delta")
+        if delta is not None:  # OpenAI sends only the fields a delta sets
+            choice["delta"] = {k: v for k, v in delta.items() if v is not None}
     return "data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n\n"
 
 
