@@ -54,7 +54,7 @@ class RemoteRuntime:
         self.model = model or self._only_model()
         self._spec = options.spec  # the server decides how it speculates
         self.info = RuntimeInfo(target_name=self.model, target_path=self.url,
-                                template_note="the server's own",
+                                template_note="the server's own", endpoint=self.url,
                                 notes=["answers come from a remote server; speculation "
                                        "happens there"])
 
@@ -147,6 +147,12 @@ class RemoteRuntime:
         return _translate(self._openai, self.url)
 
 
+# What specchat serve reports of its engine's Stats (usage.speculative).
+_COUNTS = ("steps", "steps_drafted", "drafted", "accepted")
+_SECONDS = ("decode_seconds", "draft_seconds", "verify_seconds", "sample_seconds",
+            "plain_step_seconds")
+
+
 class _Live:
     """Figures of the answer being streamed: the server's when it sends them, else ours."""
 
@@ -190,17 +196,12 @@ class _Live:
                       prompt_seconds=first - self.begin)
         server = self.server
         if server:
+            counts = {name: int(server.get(name) or 0) for name in _COUNTS}
             return Stats(mode=f"{REMOTE} {server.get('mode', '')}".strip(),
                          generated=int(self.counts.get("completion_tokens")
                                        or server.get("completion_tokens", 0)),
-                         steps=int(server.get("steps", 0)),
-                         steps_drafted=int(server.get("steps", 0)) if server.get(
-                             "drafted") else 0,
-                         drafted=int(server.get("drafted", 0)),
-                         accepted=int(server.get("accepted", 0)),
-                         decode_seconds=float(server.get("decode_seconds", 0.0)),
-                         sample_seconds=float(server.get("sample_seconds", 0.0)),
-                         plain_step_seconds=float(server.get("plain_step_seconds", 0.0)),
+                         steps_empty=counts["steps"] - counts["steps_drafted"], **counts,
+                         **{name: float(server.get(name) or 0.0) for name in _SECONDS},
                          **common)
         generated = self.counts.get("completion_tokens") or self.chunks
         return Stats(mode=REMOTE, generated=generated, decode_seconds=now - first, **common)

@@ -33,6 +33,7 @@ class RuntimeInfo:
     template_note: str = ""
     template_is_fallback: bool = False
     notes: list[str] = field(default_factory=list)
+    endpoint: str | None = None  # the server that answers, for --endpoint
 
 
 class Backend(Protocol):

@@ -95,6 +95,7 @@ def test_live_figures_come_from_the_server(server: TestClient) -> None:
     assert isinstance(finished, Finished) and chunks
     assert finished.stats.mode == "remote off"
     assert finished.stats.generated == 6 and finished.stats.steps == 6
+    assert finished.stats.steps_empty == 6 and finished.stats.steps_drafted == 0
     assert "tok/s" in status_text(chunks[-1].stats, None)
     assert finished.text == "".join(c.text for c in chunks)
 

@@ -117,8 +117,8 @@ def interactive(session: ChatSession) -> int:
     conv = session.conversation
     if conv.turns or conv.system:
         session.renderer.replay(conv.system, conv.turns)
-    session.renderer.dim(f"specchat · {model} · mode {session.options.spec} · "
-                         "/help for commands · Ctrl-D leaves")
+    how = f"at {info.endpoint}" if info.endpoint else f"mode {session.options.spec}"
+    session.renderer.dim(f"specchat · {model} · {how} · /help for commands · Ctrl-D leaves")
     prompt = repl.make_prompt(session, history_path=history_file(), output=_prompt_output())
     return repl.run(session, prompt)
 

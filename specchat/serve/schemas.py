@@ -76,22 +76,27 @@ class SpeculativeUsage(BaseModel):
     accepted: int
     acceptance: float | None
     steps: int
+    steps_drafted: int
     tokens_per_step: float
     tokens_per_second: float
     decode_seconds: float
     speedup_estimate: float | None
     plain_step_seconds: float
+    draft_seconds: float
+    verify_seconds: float
     sample_seconds: float
 
     @classmethod
     def of(cls, stats: Stats) -> SpeculativeUsage:
         return cls(mode=stats.mode, drafted=stats.drafted, accepted=stats.accepted,
                    acceptance=stats.acceptance, steps=stats.steps,
+                   steps_drafted=stats.steps_drafted,
                    tokens_per_step=stats.tokens_per_step,
                    tokens_per_second=stats.tokens_per_second,
                    decode_seconds=stats.decode_seconds,
                    speedup_estimate=stats.speedup_estimate,
                    plain_step_seconds=stats.plain_step_seconds,
+                   draft_seconds=stats.draft_seconds, verify_seconds=stats.verify_seconds,
                    sample_seconds=stats.sample_seconds)
 
 
