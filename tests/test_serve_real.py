@@ -253,6 +253,14 @@ def test_endpoint_round_trips_from_ask_and_chat(served: Served) -> None:
     chatted = cli(served, "chat", *remote, stdin=QUESTION + "\n")
     assert chatted.returncode == 0, chatted.stderr
     assert chatted.stdout == want
+    as_json = cli(served, "ask", *remote, "--json", QUESTION)
+    assert as_json.returncode == 0, as_json.stderr
+    import json
+
+    record = json.loads(as_json.stdout)
+    assert record["text"] + ("" if record["text"].endswith("\n") else "\n") == want
+    assert record["stats"]["mode"] == "remote ngram"  # the server's figures, relayed
+    assert record["stats"]["generated"] >= record["stats"]["steps"] >= 1
     denied = cli(served, "ask", "--endpoint", served.url, "-n", "4", QUESTION)
     assert denied.returncode == 1 and "401" in denied.stderr
     assert "Traceback" not in denied.stderr
