@@ -42,9 +42,9 @@ def _root(
 
 
 def _register_commands() -> None:
-    from specchat.commands import ask, bench, chat, config, doctor, history, models
+    from specchat.commands import ask, bench, chat, config, doctor, history, models, serve
 
-    for module in (ask, chat, history, config, models, bench, doctor):
+    for module in (ask, chat, history, config, models, bench, doctor, serve):
         module.register(app)
     for info in app.registered_commands:
         if info.callback is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+EXIT_OK = 0
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130

@@ -254,7 +254,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("host", str, "127.0.0.1", "Address to listen on.", SERVER),
     Option("port", int, 8080, "Port to listen on.", SERVER,
            check=lambda v: None if 0 <= v <= 65535 else "must be in [0, 65535]"),
-    Option("parallel", int, 1, "Requests decoded at once.", SERVER, check=_at_least(1)),
+    Option("parallel", int, 1, "Requests decoded at once: 1 on this backend (one llama.cpp "
+           "sequence per context); more wait in the queue.", SERVER, check=_at_least(1)),
     Option("queue", int, 16, "Requests waiting beyond those; more get 429.", SERVER,
            check=_at_least(0)),
 )

@@ -9,10 +9,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from specchat.engine.auto import AutoState
 from specchat.engine.events import Event
@@ -44,6 +44,45 @@ class RuntimeInfo:
     notes: list[str] = field(default_factory=list)
     gpu: str = ""  # what --n-gpu-layers auto chose, one line ("" when not asked or CPU only)
     gpu_layers: str = ""  # the same as "TARGET/DRAFT" n_gpu_layers values
+    endpoint: str | None = None  # the server that answers, for --endpoint
+
+
+class Backend(Protocol):
+    """What the chat and `ask` need from whatever answers: local models (Runtime) or a remote
+    server (specchat.remote.RemoteRuntime). Token ids, the context size and the KV cache are
+    local-only, so they are optional here (None: unknown, the server enforces its own)."""
+
+    @property
+    def info(self) -> RuntimeInfo: ...
+
+    @property
+    def token_bytes(self) -> Callable[[int], bytes] | None: ...
+
+    @property
+    def chat_tokens(self) -> Callable[[Sequence[Message]], list[int]] | None:
+        """Local models' chat template and tokenizer (None with n_ctx None)."""
+
+    @property
+    def n_ctx(self) -> int | None: ...
+
+    def answer(self, messages: Sequence[Message], options: GenerationOptions,
+               progress: ProgressCallback | None = None) -> Iterator[Event]:
+        """The answer's events; `progress` hears how the prompt is read (local models)."""
+
+    def complete(self, text: str, options: GenerationOptions,
+                 progress: ProgressCallback | None = None) -> Iterator[Event]: ...
+
+    def effective_options(self, options: GenerationOptions) -> GenerationOptions: ...
+
+    def cached_tokens(self) -> int | None: ...
+
+    def stats_lines(self, options: GenerationOptions) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: Any) -> None: ...
 
 
 @dataclass
@@ -107,6 +146,40 @@ class Runtime:
                 continue  # interrupted before its prefill was complete
             model.truncate(len(head))
             cache.save(model, evaluated=stats.prompt_evaluated)
+
+    # --- the Backend interface (what the chat and ask use) -----------------------------
+    @property
+    def n_ctx(self) -> int:
+        return self.target.n_ctx
+
+    @property
+    def token_bytes(self) -> Callable[[int], bytes]:
+        return self.target.token_bytes
+
+    def answer(self, messages: Sequence[Message], options: GenerationOptions,
+               progress: ProgressCallback | None = None) -> Iterator[Event]:
+        return self.stream(self.fitting(self.chat_tokens(messages)), options, progress=progress)
+
+    def complete(self, text: str, options: GenerationOptions,
+                 progress: ProgressCallback | None = None) -> Iterator[Event]:
+        return self.stream(self.fitting(self.raw_tokens(text)), options, progress=progress)
+
+    def fitting(self, tokens: list[int]) -> list[int]:
+        """The tokens, or a usage error when they leave no room in the context."""
+        n_ctx = self.target.n_ctx
+        if len(tokens) >= n_ctx:
+            over = len(tokens) - n_ctx + 1
+            raise UsageError(f"prompt is {len(tokens)} tokens, {over} over what a context of "
+                             f"{n_ctx} leaves for an answer: raise --ctx or shorten the prompt")
+        return tokens
+
+    def cached_tokens(self) -> int | None:
+        return len(self.target.tokens)
+
+    def stats_lines(self, options: GenerationOptions) -> list[str]:
+        from specchat.report import auto_lines
+
+        return auto_lines(self.auto, self.draft is not None) if options.spec == "auto" else []
 
     def effective_options(self, options: GenerationOptions) -> GenerationOptions:
         """Check the mode against what is loaded; refuse what cannot be honoured."""

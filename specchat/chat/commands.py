@@ -12,7 +12,6 @@ from specchat.chat import clipboard, settings, switch
 from specchat.chat.session import ChatSession
 from specchat.engine.options import SPEC_MODES
 from specchat.errors import UsageError
-from specchat.report import auto_lines
 
 Handler = Callable[[ChatSession, str], None]
 Completer = Callable[[ChatSession, Sequence[str]], list[str]]
@@ -58,22 +57,30 @@ def _help(session: ChatSession, arg: str) -> None:
 
 def _show(session: ChatSession, arg: str) -> None:
     info = session.runtime.info
-    used, n_ctx = session.context_use()
     conv = session.conversation
     template = info.template_note or "the model's own"
     lines = [
         f"model     {info.target_name}  {info.target_path}",
         f"draft     {info.draft_name or 'none'}  {info.draft_path or ''}".rstrip(),
         f"template  {template}{' (fallback)' if info.template_is_fallback else ''}",
-        f"context   {used} / {n_ctx} tokens ({used / max(n_ctx, 1):.0%}); "
-        f"cache holds {len(session.runtime.target.tokens)}"
-        + (f"; {conv.start} oldest turns left out" if conv.start else ""),
+        f"context   {_context_line(session)}",
         f"system    {conv.system or '(none)'}",
         f"saved to  {session.store.path or '(a new file, with the first turn)'} "
         f"({len(conv.turns)} turns)",
         "options   " + settings.show_line(session),
     ]
     session.renderer.lines(lines + [f"note      {n}" for n in info.notes])
+
+
+def _context_line(session: ChatSession) -> str:
+    use = session.context_use()
+    if use is None:
+        return "the server's (it says when the conversation no longer fits)"
+    used, n_ctx = use
+    left_out = session.conversation.start
+    return (f"{used} / {n_ctx} tokens ({used / max(n_ctx, 1):.0%}); cache holds "
+            f"{session.runtime.cached_tokens()}"
+            + (f"; {left_out} oldest turns left out" if left_out else ""))
 
 
 def _system(session: ChatSession, arg: str) -> None:
@@ -144,10 +151,8 @@ def _copy(session: ChatSession, arg: str) -> None:
 
 
 def _stats(session: ChatSession, arg: str) -> None:
-    lines = session.tally.lines() + switch.attachment_lines(session)
-    if session.options.spec == "auto":
-        lines += auto_lines(session.runtime.auto, session.runtime.draft is not None)
-    session.renderer.lines(lines)
+    session.renderer.lines(session.tally.lines() + switch.attachment_lines(session)
+                           + session.runtime.stats_lines(session.options))
 
 
 def _mode(session: ChatSession, arg: str) -> None:

@@ -80,8 +80,10 @@ def status_text(stats: Stats | None, draft_name: str | None) -> str:
     if stats is None:
         return "reading the prompt…"
     parts = [_mode_label(stats.mode, draft_name)]
-    if stats.mode != "off":
-        parts.append(f"k={stats.last_k}")
+    remote = stats.mode.startswith("remote")  # a server's figures: no k, maybe no steps
+    if stats.mode != "off" and (stats.steps or not remote):
+        if not remote:
+            parts.append(f"k={stats.last_k}")
         acc = stats.acceptance
         parts.append(f"acc {acc:.0%}" if acc is not None else "acc –")
         parts.append(f"{stats.tokens_per_step:.2f} tok/step")
@@ -98,7 +100,7 @@ def summary_text(stats: Stats, draft_name: str | None, reason: str | None) -> st
              _mode_label(stats.mode, draft_name)]
     if stats.drafted:
         parts.append(f"acc {stats.acceptance or 0:.0%}")
-    if stats.mode != "off":
+    if stats.mode != "off" and stats.mode != "remote":
         parts.append(f"{stats.tokens_per_step:.2f} tok/step")
     label = _speedup_label(stats)
     if label is not None:

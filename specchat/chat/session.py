@@ -20,7 +20,7 @@ from specchat.engine.events import Finished, Progress, drain
 from specchat.engine.options import GenerationOptions, OptionError
 from specchat.engine.protocol import ContextFullError
 from specchat.errors import SpecchatError, UsageError
-from specchat.runtime import Runtime
+from specchat.runtime import Backend, Message
 from specchat.storage import StorageError
 
 
@@ -41,7 +41,7 @@ class ErrorLog:
 
 @dataclass
 class ChatSession:
-    runtime: Runtime
+    runtime: Backend
     options: GenerationOptions
     renderer: Renderer
     conversation: Conversation = field(default_factory=Conversation)
@@ -57,8 +57,11 @@ class ChatSession:
     def attach(self, name: str) -> int:
         """Read a file for the next message (/read, -f); returns the tokens it takes."""
         attachment = read_attachment(name)
-        tokens = token_count(attachment, self.runtime.raw_tokens)
-        check_fits(attachment, tokens, self.runtime.target.n_ctx)
+        n_ctx, raw = self.runtime.n_ctx, getattr(self.runtime, "raw_tokens", None)
+        tokens = 0  # a remote server's tokenizer is its own: not counted here
+        if n_ctx is not None and raw is not None:
+            tokens = token_count(attachment, raw)
+            check_fits(attachment, tokens, n_ctx)
         self.pending.append(attachment)
         self.attached_tokens += tokens
         return tokens
@@ -67,21 +70,13 @@ class ChatSession:
         """Answer `text` (after any attached files) with the whole history; keep the turn
         (even a partial one)."""
         files = list(self.pending if attachments is None else attachments)
-        n_ctx = self.runtime.target.n_ctx
-        reserve = min(self.options.max_tokens, max(n_ctx // 4, 1))
-        fitted = self.conversation.fit(compose(files, text), self.runtime.chat_tokens, n_ctx,
-                                       reserve)
-        if fitted.newly_dropped:
-            self.renderer.note(
-                f"context full: the {fitted.newly_dropped} oldest turn"
-                f"{'s' if fitted.newly_dropped > 1 else ''} left out of the prompt from now on "
-                "(still in the saved conversation)")
+        messages = self._fit(compose(files, text))
         shown: list[Any] = []  # the answer view, once open: the prefill runs inside it
 
         def progress(p: Progress) -> None:
             if shown:
                 shown[0].progress(p)
-        events = self.runtime.stream(fitted.tokens, self.options, progress=progress)
+        events = self.runtime.answer(messages, self.options, progress=progress)
         finished: Finished | None = None
         interrupted = False
         with self.renderer.answer() as view:
@@ -96,6 +91,22 @@ class ChatSession:
             turn = self._commit(text, view.text, finished, interrupted, view, files)
             view.finish(finished, interrupted)
         return turn
+
+    def _fit(self, text: str) -> list[Message]:
+        """The messages to send: locally, oldest turns left out when the context is full;
+        a remote server (no n_ctx here) enforces its own context."""
+        n_ctx = self.runtime.n_ctx
+        if n_ctx is not None:
+            reserve = min(self.options.max_tokens, max(n_ctx // 4, 1))
+            tokenize = self.runtime.chat_tokens
+            assert tokenize is not None  # local models: both or neither
+            fitted = self.conversation.fit(text, tokenize, n_ctx, reserve)
+            if fitted.newly_dropped:
+                self.renderer.note(
+                    f"context full: the {fitted.newly_dropped} oldest turn"
+                    f"{'s' if fitted.newly_dropped > 1 else ''} left out of the prompt from "
+                    "now on (still in the saved conversation)")
+        return self.conversation.messages(text)
 
     def _commit(self, text: str, partial: str, finished: Finished | None,
                 interrupted: bool, view: Any, files: list[Attachment]) -> Turn | None:
@@ -177,7 +188,7 @@ class ChatSession:
         self.options = options
         return options
 
-    def use_runtime(self, runtime: Runtime, spec: str | None = None) -> None:
+    def use_runtime(self, runtime: Backend, spec: str | None = None) -> None:
         """Answer with `runtime` from now on (after /model or /draft); the turns stay."""
         self.runtime = runtime
         options = self.options.with_values(spec=spec) if spec else self.options
@@ -189,10 +200,15 @@ class ChatSession:
         if self.store.path.exists():
             self.store.append({"type": "models", **models})
 
-    def context_use(self) -> tuple[int, int]:
-        """Tokens the history takes now (as the next prompt would send it), and n_ctx."""
-        tokens = self.runtime.chat_tokens(self.conversation.messages())
-        return len(tokens), self.runtime.target.n_ctx
+    def context_use(self) -> tuple[int, int] | None:
+        """Tokens the history takes now (as the next prompt would send it), and n_ctx;
+        None for a remote server, whose tokenizer and context are its own."""
+        n_ctx = self.runtime.n_ctx
+        if n_ctx is None:
+            return None
+        tokenize = self.runtime.chat_tokens
+        assert tokenize is not None  # local models: both or neither
+        return len(tokenize(self.conversation.messages())), n_ctx
 
     def report(self, exc: BaseException) -> None:
         """An error as one line; the traceback only into the --verbose log."""

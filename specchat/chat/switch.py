@@ -62,6 +62,9 @@ def draft(session: ChatSession, arg: str) -> None:
 def _switch(session: ChatSession, *, model: str | None = rt.KEEP,
             draft: str | None = rt.KEEP, spec: str | None = None) -> None:
     old = session.runtime
+    if not isinstance(old, rt.Runtime):
+        raise UsageError(f"the server at {old.info.endpoint} chooses its own models: "
+                         "restart with another --model to use one of its others")
     mode = spec or session.options.spec
     try:
         new = rt.switch_models(old, model=model, draft=draft, spec=mode)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
 from typing import Annotated, Optional
 
 import typer
@@ -15,14 +16,16 @@ from specchat import output
 from specchat.chat.attach import Attachment, compose, measure, read_files
 from specchat.commands import common as c
 from specchat.config import Settings
-from specchat.engine.events import Chunk, Finished, drain
+from specchat.engine.events import Chunk, Event, Finished, drain
+from specchat.engine.loop import ProgressCallback
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, UsageError
 from specchat.optflags import with_options
 from specchat.progress import PrefillProgress
 from specchat.promptcache import PromptCache, prompt_cache_dir, size_limit
 from specchat.report import summary_line
-from specchat.runtime import Runtime, open_runtime
+from specchat.runtime import Backend, Message, open_runtime
+
 
 
 def register(app: typer.Typer) -> None:
@@ -46,18 +49,14 @@ def ask(
     options = c.options_from(settings)
     attached = read_files(files or [])
     text = read_prompt(prompt, stdin_free="-" not in (files or []), files=bool(attached))
-    cache_limit = size_limit()  # a bad $SPECCHAT_PROMPT_CACHE is refused before loading
-    with open_runtime(c.load_settings(settings, quiet=json_out)) as runtime:
-        runtime.prompt_cache = PromptCache(prompt_cache_dir(), cache_limit)
-        counts = measure(attached, runtime.raw_tokens, runtime.target.n_ctx)
-        tokens = prompt_tokens(runtime, compose(attached, text), settings["system"], raw)
-        finished = stream_answer(runtime, tokens, options, echo=not json_out)
-        if finished is not None:
-            runtime.remember_prompt(tokens, finished.stats)
+    if raw and settings["system"]:
+        raise UsageError("--system has no meaning with --raw (the text is sent verbatim)")
+    run = _ask_remote if settings["endpoint"] else _ask_local
+    finished, backend, counts = run(settings, options, attached, text, raw, not json_out)
     if finished is None:
         raise typer.Exit(EXIT_INTERRUPTED)
     if json_out:
-        out = answer_json(runtime, finished)
+        out = answer_json(backend, finished)
         out["attachments"] = [{"name": a.name, "tokens": n} for a, n in zip(attached, counts)]
         output.write(json.dumps(out, ensure_ascii=False) + "\n")
     if stats:
@@ -66,9 +65,11 @@ def ask(
             print(attachments_line(attached, counts), file=sys.stderr)
 
 
-def attachments_line(attached: list[Attachment], counts: list[int]) -> str:
+def attachments_line(attached: list[Attachment], counts: list[int | None]) -> str:
+    if any(n is None for n in counts):  # counted by a remote server, not here
+        return f"attachments: {', '.join(a.name for a in attached)}"
     names = ", ".join(f"{a.name} {n} tok" for a, n in zip(attached, counts))
-    return f"attachments: {sum(counts)} tokens ({names})"
+    return f"attachments: {sum(n or 0 for n in counts)} tokens ({names})"
 
 
 def read_prompt(words: list[str] | None, stdin_free: bool = True, files: bool = False) -> str:
@@ -91,25 +92,45 @@ def read_prompt(words: list[str] | None, stdin_free: bool = True, files: bool = 
     return text
 
 
-def prompt_tokens(runtime: Runtime, text: str, system: str | None, raw: bool) -> list[int]:
-    """Tokens of the prompt; refuses one that leaves no room in the context for an answer."""
-    if raw:
-        if system:
-            raise UsageError("--system has no meaning with --raw (the text is sent verbatim)")
-        tokens = runtime.raw_tokens(text)
-    else:
-        messages = [{"role": "system", "content": system}] if system else []
-        messages.append({"role": "user", "content": text})
-        tokens = runtime.chat_tokens(messages)
-    n_ctx = runtime.target.n_ctx
-    if len(tokens) >= n_ctx:
-        over = len(tokens) - n_ctx + 1
-        raise UsageError(f"prompt is {len(tokens)} tokens, {over} over what a context of "
-                         f"{n_ctx} leaves for an answer: raise --ctx or shorten the prompt")
-    return tokens
+def messages_for(text: str, system: str | None) -> list[Message]:
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": text})
+    return messages
 
 
-def stream_answer(runtime: Runtime, tokens: list[int], options: GenerationOptions,
+Answer = tuple[Finished | None, Backend, list[int | None]]
+
+
+def _ask_local(settings: Settings, options: GenerationOptions, attached: list[Attachment],
+               text: str, raw: bool, echo: bool) -> Answer:
+    """Local models: the prompt cache, attachment token counts, the context check."""
+    cache_limit = size_limit()  # a bad $SPECCHAT_PROMPT_CACHE is refused before loading
+    with open_runtime(c.load_settings(settings, quiet=not echo)) as runtime:
+        runtime.prompt_cache = PromptCache(prompt_cache_dir(), cache_limit)
+        counts: list[int | None] = list(measure(attached, runtime.raw_tokens,
+                                                runtime.target.n_ctx))
+        message = compose(attached, text)
+        tokens = runtime.fitting(runtime.raw_tokens(message) if raw else
+                                 runtime.chat_tokens(messages_for(message, settings["system"])))
+        finished = stream_answer(
+            lambda progress: runtime.stream(tokens, options, progress=progress), echo)
+        if finished is not None:
+            runtime.remember_prompt(tokens, finished.stats)
+    return finished, runtime, counts
+
+
+def _ask_remote(settings: Settings, options: GenerationOptions, attached: list[Attachment],
+                text: str, raw: bool, echo: bool) -> Answer:
+    """--endpoint: the server tokenizes, fits and answers; attachments go in the message."""
+    message = compose(attached, text)
+    with c.open_remote(settings, options) as backend:
+        finished = stream_answer(
+            lambda _progress: backend.complete(message, options) if raw else
+            backend.answer(messages_for(message, settings["system"]), options), echo)
+    return finished, backend, [None] * len(attached)  # the server's tokenizer is its own
+
+
+def stream_answer(start: Callable[[ProgressCallback | None], Iterator[Event]],
                   echo: bool) -> Finished | None:
     """Stream chunks to stdout; None when Ctrl-C stopped the answer (or its prefill)."""
     progress = PrefillProgress(enabled=None if echo else False)
@@ -123,7 +144,7 @@ def stream_answer(runtime: Runtime, tokens: list[int], options: GenerationOption
             output.write(chunk.text)
 
     try:
-        finished = drain(runtime.stream(tokens, options, progress=progress), write)
+        finished = drain(start(progress), write)
         progress.clear()
     except KeyboardInterrupt:
         progress.clear()
@@ -136,13 +157,14 @@ def stream_answer(runtime: Runtime, tokens: list[int], options: GenerationOption
     return finished
 
 
-def answer_json(runtime: Runtime, finished: Finished) -> dict[str, object]:
+def answer_json(backend: Backend, finished: Finished) -> dict[str, object]:
+    auto = getattr(backend, "auto", None)  # local models only
     return {
         "text": finished.text,
         "tokens": list(finished.tokens),
         "finish_reason": finished.reason,
-        "model": runtime.info.target_name,
-        "draft": runtime.info.draft_name,
+        "model": backend.info.target_name,
+        "draft": backend.info.draft_name,
         "stats": finished.stats.to_dict(),
-        "auto": runtime.auto.explain() if finished.stats.mode == "auto" else None,
+        "auto": auto.explain() if auto is not None and finished.stats.mode == "auto" else None,
     }

@@ -23,7 +23,7 @@ from specchat.config import Settings
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
 from specchat.optflags import with_options
-from specchat.runtime import Runtime, open_runtime
+from specchat.runtime import Backend, Runtime, open_runtime
 from specchat.storage import StorageError
 
 def register(app: typer.Typer) -> None:
@@ -55,7 +55,9 @@ def chat(
         return  # `specchat chat < /dev/null`: nothing asked, nothing to do
     conversation, store = pick_conversation(continue_, load)  # a bad file fails before loading
     try:
-        with open_runtime(c.load_settings(settings, quiet=piped)) as runtime:
+        backend: Backend = c.open_remote(settings, options) if settings["endpoint"] else \
+            open_runtime(c.load_settings(settings, quiet=piped))
+        with backend as runtime:
             session = make_session(runtime, options, conversation, store, errors,
                                    plain=settings["plain"], show_draft=settings["show_draft"])
             apply_system(session, settings["system"])
@@ -87,12 +89,12 @@ def pick_conversation(continue_: bool, load: Path | None) -> tuple[Conversation,
     return Conversation(), Store()
 
 
-def make_session(runtime: Runtime, options: GenerationOptions, conversation: Conversation,
+def make_session(runtime: Backend, options: GenerationOptions, conversation: Conversation,
                  store: Store, errors: ErrorLog, *, plain: bool, show_draft: bool
                  ) -> ChatSession:
     config = RenderConfig.detect(sys.stdout, sys.stderr, plain=plain, show_draft=show_draft)
     renderer = Renderer(config, sys.stdout, sys.stderr, draft_name=runtime.info.draft_name,
-                        token_bytes=runtime.target.token_bytes)
+                        token_bytes=runtime.token_bytes)
     store.meta.update({"model": runtime.info.target_name, "draft": runtime.info.draft_name})
     options = runtime.effective_options(options)
     return ChatSession(runtime=runtime, options=options, renderer=renderer,
@@ -104,10 +106,14 @@ def attach(session: ChatSession, attached: list[Attachment]) -> None:
     """-f files go with the first message; a file too large for the context is refused."""
     if not attached:
         return
-    counts = measure(attached, session.runtime.raw_tokens, session.runtime.target.n_ctx)
     session.pending = list(attached)
-    session.attached_tokens += sum(counts)
-    names = ", ".join(f"{a.name} ({n} tokens)" for a, n in zip(attached, counts))
+    runtime = session.runtime
+    if runtime.n_ctx is None or not isinstance(runtime, Runtime):
+        names = ", ".join(a.name for a in attached)  # a server's tokens are its own to count
+    else:
+        counts = measure(attached, runtime.raw_tokens, runtime.n_ctx)
+        session.attached_tokens += sum(counts)
+        names = ", ".join(f"{a.name} ({n} tokens)" for a, n in zip(attached, counts))
     if session.renderer.config.summary:
         session.renderer.dim(f"attached {names}: they go with the first message")
 
@@ -134,8 +140,8 @@ def interactive(session: ChatSession) -> int:
     conv = session.conversation
     if conv.turns or conv.system:
         session.renderer.replay(conv.system, conv.turns)
-    session.renderer.dim(f"specchat · {model} · mode {session.options.spec} · "
-                         "/help for commands · Ctrl-D leaves")
+    how = f"at {info.endpoint}" if info.endpoint else f"mode {session.options.spec}"
+    session.renderer.dim(f"specchat · {model} · {how} · /help for commands · Ctrl-D leaves")
     prompt = repl.make_prompt(session, history_path=history_file(), output=_prompt_output())
     return repl.run(session, prompt)
 

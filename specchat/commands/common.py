@@ -6,14 +6,14 @@ The options themselves are declared once, in specchat.options.
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from specchat.config import Settings
 from specchat.engine.options import GenerationOptions
 from specchat.errors import UsageError
-from specchat.options import CHAT, GENERATION, MODEL, generation_options, group
+from specchat.options import CHAT, GENERATION, MODEL, REMOTE, generation_options, group
 from specchat.runtime import LoadSettings
 
 FilesFlag = Annotated[Optional[list[str]], typer.Option(
@@ -21,8 +21,12 @@ FilesFlag = Annotated[Optional[list[str]], typer.Option(
     help="Put this file's text in the message, before the prompt (repeatable; - reads "
     "stdin).")]
 
-ASK_OPTIONS = group(MODEL, GENERATION)
-CHAT_OPTIONS = group(MODEL, GENERATION, CHAT)
+
+if TYPE_CHECKING:
+    from specchat.remote import RemoteRuntime
+
+ASK_OPTIONS = group(MODEL, GENERATION, REMOTE)
+CHAT_OPTIONS = group(MODEL, GENERATION, CHAT, REMOTE)
 
 
 def load_settings(settings: Settings, *, quiet: bool = False) -> LoadSettings:
@@ -42,3 +46,14 @@ def options_from(settings: Settings) -> GenerationOptions:
 
 
 DEFAULTS = GenerationOptions()
+
+
+def open_remote(settings: Settings, options: GenerationOptions) -> RemoteRuntime:
+    """--endpoint: the OpenAI-compatible server that answers instead of local models."""
+    from specchat.remote import RemoteRuntime
+
+    if settings.sources.get("draft") == "flag":
+        raise UsageError("--draft has no effect with --endpoint: the server chooses its own "
+                         "draft (specchat serve -d NAME, or vLLM's speculative config)")
+    return RemoteRuntime(settings["endpoint"], settings.get("api_key"), settings.get("model"),
+                         options)

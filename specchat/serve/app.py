@@ -1,0 +1,232 @@
+"""The FastAPI application: routes, API-key check, and one access-log line per request.
+
+Handlers run on the event loop and never touch the models: they validate the request, hand a
+Job to the Worker thread and relay its events (whole, or as server-sent events).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from specchat.engine.events import Chunk, Finished
+from specchat.serve import errors
+from specchat.serve.errors import APIError
+from specchat.serve.params import chat_messages, completion_text, parse_body, request_options
+from specchat.serve.schemas import (
+    ChatRequest,
+    CompletionRequest,
+    GenerationFields,
+    ModelCard,
+    ModelList,
+)
+from specchat.serve.sse import DONE, Answer, error_event
+from specchat.serve.worker import READY, Done, Job, Worker
+
+CLIENT_GONE = 499  # nginx's code for "the client closed the connection"
+
+
+@dataclass
+class ServeConfig:
+    """What the app needs besides the worker: names, key, and the request defaults."""
+
+    model: str  # the id clients send (the -m value as given)
+    defaults: Mapping[str, Any]  # generation option values a request may override
+    system: str | None = None
+    api_key: str | None = None
+    aliases: set[str] = field(default_factory=set)
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def accepts(self, name: str) -> bool:
+        return name == self.model or name in self.aliases
+
+
+def model_aliases(model: str) -> set[str]:
+    """Names a client may use for the -m value: itself, its file name with and without .gguf."""
+    return {model, Path(model).name, Path(model).stem}
+
+
+def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
+    app = FastAPI(title="specchat", docs_url=None, redoc_url=None, openapi_url=None)
+    errors.install(app)
+    app.add_middleware(AccessLog)
+
+    async def authorized(request: Request) -> None:
+        if config.api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, key = given.partition(" ")
+        if not given:
+            raise APIError(401, "missing API key: send 'Authorization: Bearer KEY' with the "
+                           "key this server was started with (--api-key)",
+                           code="invalid_api_key")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(key.strip().encode(),
+                                                                 config.api_key.encode()):
+            raise APIError(401, "wrong API key: send the key this server was started with "
+                           "(--api-key) as 'Authorization: Bearer KEY'", code="invalid_api_key")
+
+    guarded = [Depends(authorized)]
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        ready = worker.state == READY
+        body: dict[str, Any] = {"status": "ok" if ready else worker.state}
+        if worker.error:
+            body["error"] = worker.error
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    @app.get("/v1/models", dependencies=guarded)
+    async def models() -> ModelList:
+        meta: dict[str, Any] = {"spec": config.defaults.get("spec")}
+        if worker.runtime is not None:
+            meta["draft"] = worker.runtime.info.draft_name
+            meta["n_ctx"] = worker.runtime.target.n_ctx
+        return ModelList(data=[ModelCard(id=config.model, created=config.created, meta=meta)])
+
+    @app.post("/v1/chat/completions", dependencies=guarded)
+    async def chat(request: Request) -> Response:
+        body = await parse_body(request, ChatRequest)
+        _check_model(config, body.model)
+        messages = chat_messages(body, config.system)
+        return await _answer(worker, config, body, messages, request, chat=True)
+
+    @app.post("/v1/completions", dependencies=guarded)
+    async def completions(request: Request) -> Response:
+        body = await parse_body(request, CompletionRequest)
+        _check_model(config, body.model)
+        return await _answer(worker, config, body, completion_text(body), request, chat=False)
+
+    return app
+
+
+def _check_model(config: ServeConfig, name: str) -> None:
+    if not config.accepts(name):
+        raise APIError(404, f"model {name!r} is not served here: this server serves "
+                       f"{config.model!r} (GET /v1/models lists it); send model="
+                       f"{config.model!r}", param="model", code="model_not_found")
+
+
+async def _answer(worker: Worker, config: ServeConfig, body: GenerationFields,
+                  prompt: Any, request: Request, *, chat: bool) -> Response:
+    options = request_options(body, config.defaults)
+    job = Job(prompt, options, asyncio.get_running_loop())
+    worker.submit(job)
+    try:
+        first = await job.next(request.is_disconnected)
+    except ConnectionResetError:
+        return _gone(request)
+    if isinstance(first, APIError):
+        raise first
+    answer = Answer(body.model, chat)
+    if body.stream:
+        include = bool(body.stream_options and body.stream_options.include_usage)
+        return StreamingResponse(_stream(job, first, answer, include, request),
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    item = first
+    while not isinstance(item, Done):
+        if isinstance(item, APIError):
+            raise item
+        if isinstance(item, Finished):
+            _note(request, item)
+            return JSONResponse(answer.whole(item).model_dump())
+        try:
+            item = await job.next(request.is_disconnected)
+        except ConnectionResetError:
+            return _gone(request)
+    raise APIError(500, "the answer ended without a result", type="server_error")
+
+
+async def _stream(job: Job, item: Any, answer: Answer, include_usage: bool,
+                  request: Request) -> AsyncIterator[str]:
+    ended = False
+    try:
+        opening = answer.first()
+        if opening:
+            yield opening
+        while not isinstance(item, Done):
+            if isinstance(item, APIError):
+                request.state.error = item.message
+                ended = True
+                yield error_event(item)
+                return  # no [DONE]: the client must see the answer is incomplete
+            if isinstance(item, Chunk) and item.text:
+                yield answer.text(item.text, item.stats)
+            elif isinstance(item, Finished):
+                _note(request, item)
+                for line in answer.finish(item, include_usage):
+                    yield line
+            item = await job.next()
+        ended = True
+        yield DONE
+    finally:
+        # Reached on the client leaving too (the response task is cancelled): the worker
+        # stops this answer after its current step.
+        job.cancelled.set()
+        if not ended:
+            request.state.error = "client disconnected"
+
+
+def _gone(request: Request) -> Response:
+    request.state.error = "client disconnected"
+    return Response(status_code=CLIENT_GONE)
+
+
+def _note(request: Request, finished: Finished) -> None:
+    request.state.stats = finished.stats
+
+
+class AccessLog:
+    """One line per request on stderr, written when the response (streams too) is done."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = [0]
+        start = time.perf_counter()
+
+        async def capture(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capture)
+        except BaseException:
+            status[0] = status[0] or 500
+            raise
+        finally:
+            state = scope.get("state", {})
+            print(access_line(scope["method"], scope["path"], status[0] or CLIENT_GONE,
+                              state.get("stats"), state.get("error"),
+                              time.perf_counter() - start), file=sys.stderr, flush=True)
+
+
+def access_line(method: str, path: str, status: int, stats: Any, error: str | None,
+                seconds: float) -> str:
+    parts = [f"specchat: {method} {path} {status}"]
+    if stats is not None:
+        parts.append(f"{stats.prompt_tokens}+{stats.generated} tok")
+        parts.append(f"{stats.tokens_per_second:.1f} tok/s")
+        acc = stats.acceptance
+        parts.append(f"{stats.mode} acc {acc:.0%}" if acc is not None else
+                     f"{stats.mode} acc n/a")
+        if stats.prompt_cached:
+            parts.append(f"reused {stats.prompt_cached} prompt tokens")
+    if error:
+        parts.append(error)
+    parts.append(f"{seconds:.2f}s")
+    return " · ".join(parts)

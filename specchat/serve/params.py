@@ -1,0 +1,125 @@
+"""A request's messages and sampling fields -> what the engine takes, or a 400 saying why.
+
+Request values override the server's own options (its flags, environment and config file),
+which are checked by the same schema (specchat.options) as every command-line flag.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+
+from specchat.engine.options import GenerationOptions
+from specchat.errors import UsageError
+from specchat.options import BY_NAME, OptionError, generation_options
+from specchat.runtime import Message
+from specchat.serve.errors import bad_request
+from specchat.serve.schemas import ChatRequest, CompletionRequest, GenerationFields
+
+Body = TypeVar("Body", bound=BaseModel)
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+# Request field -> option name; everything else in the body is ignored or checked below.
+OVERRIDES = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "repeat_penalty",
+             "repeat_last_n", "spec", "draft_max")
+
+
+async def parse_body(request: Request, model: type[Body]) -> Body:
+    """The JSON body as `model`, whatever Content-Type the client sent (curl -d sends a
+    form type); malformed JSON or a missing or mistyped field is a 400 naming it."""
+    raw = await request.body()
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise bad_request(f"the request body is not valid JSON ({exc}): send a JSON object "
+                          "like {\"model\": ..., \"messages\": [...]}") from None
+    if not isinstance(data, dict):
+        raise bad_request("the request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first.get("loc", ())) or None
+        if first.get("type") == "missing":
+            raise bad_request(f"missing required field {field!r}", param=field) from None
+        raise bad_request(f"{field}: {first.get('msg', 'invalid value')}",
+                          param=field) from None
+
+
+def chat_messages(request: ChatRequest, system: str | None) -> list[Message]:
+    """Plain {"role", "content"} messages, exactly as `specchat ask` builds them.
+
+    The server's --system prompt goes first when the request brings no system message.
+    """
+    out: list[Message] = []
+    for i, message in enumerate(request.messages):
+        role = ROLES.get(message.role)
+        if role is None:
+            raise bad_request(f"messages[{i}].role {message.role!r} is not supported: use "
+                              "system, user or assistant (no tools here)",
+                              param=f"messages[{i}].role")
+        out.append({"role": role, "content": _content(message.content, i)})
+    if system and not any(m["role"] == "system" for m in out):
+        out.insert(0, {"role": "system", "content": system})
+    return out
+
+
+def _content(content: Any, index: int) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    texts = []
+    for part in content:
+        if part.type != "text" or part.text is None:
+            raise bad_request(f"messages[{index}] has a {part.type!r} content part: only "
+                              "text parts are supported", param=f"messages[{index}].content")
+        texts.append(part.text)
+    return "\n".join(texts)
+
+
+def completion_text(request: CompletionRequest) -> str:
+    prompt = request.prompt
+    if isinstance(prompt, list):
+        if len(prompt) != 1:
+            raise bad_request(f"prompt is a list of {len(prompt)} strings: send one prompt "
+                              "per request", param="prompt")
+        prompt = prompt[0]
+    if not prompt:
+        raise bad_request("prompt is empty", param="prompt")
+    return prompt
+
+
+def request_options(request: GenerationFields, defaults: Mapping[str, Any]
+                    ) -> GenerationOptions:
+    """The server's options with the request's fields on top, each checked by the schema."""
+    _refuse_unsupported(request)
+    values = dict(defaults)
+    given = {name: getattr(request, name) for name in OVERRIDES}
+    max_tokens = getattr(request, "max_completion_tokens", None) or request.max_tokens
+    given["max_tokens"] = max_tokens
+    for name, value in given.items():
+        if value is None:
+            continue
+        try:
+            values[name] = BY_NAME[name].validate(value)
+        except OptionError as exc:
+            raise bad_request(str(exc), param=name) from None
+    try:
+        return generation_options(values)
+    except UsageError as exc:
+        raise bad_request(str(exc).removeprefix("invalid option: ")) from None
+
+
+def _refuse_unsupported(request: GenerationFields) -> None:
+    if request.n not in (None, 1):
+        raise bad_request(f"n={request.n}: specchat serve returns one choice per request; "
+                          "send n=1 (or leave it out) and make separate requests", param="n")
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = getattr(request, name)
+        if value:
+            raise bad_request(
+                f"{name}={value}: specchat's sampler has no presence or frequency penalty; "
+                "send 0 (or leave it out), or use its repeat_penalty (for example "
+                "repeat_penalty=1.1) instead", param=name)

@@ -1,0 +1,192 @@
+"""Request and response bodies of the OpenAI API subset specchat serves, as typed models.
+
+Unknown request fields are ignored, as OpenAI clients expect. A few llama-server-style
+extension fields are honoured (`repeat_penalty`, `repeat_last_n`, `spec`, `draft_max`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specchat.engine.stats import Stats
+
+FinishReason = Literal["stop", "length"]
+# The engine's reasons, in OpenAI's words: a full context cuts the answer like max_tokens.
+FINISH: dict[str, FinishReason] = {"eog": "stop", "stop": "stop", "length": "length",
+                                   "context": "length"}
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool = False
+
+
+class TextPart(_Lenient):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(_Lenient):
+    role: str
+    content: str | list[TextPart] | None = None
+
+
+class GenerationFields(_Lenient):
+    """What chat and text completions share."""
+
+    model: str
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    n: int | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    # specchat / llama-server extensions
+    repeat_penalty: float | None = None
+    repeat_last_n: int | None = None
+    spec: str | None = None
+    draft_max: int | None = None
+
+
+class ChatRequest(GenerationFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+
+
+class CompletionRequest(GenerationFields):
+    prompt: str | list[str]
+
+
+class SpeculativeUsage(BaseModel):
+    """What speculation did for this answer (counts from the engine's Stats)."""
+
+    mode: str
+    drafted: int
+    accepted: int
+    acceptance: float | None
+    steps: int
+    steps_drafted: int
+    tokens_per_step: float
+    tokens_per_second: float
+    decode_seconds: float
+    speedup_estimate: float | None
+    plain_step_seconds: float
+    draft_seconds: float
+    verify_seconds: float
+    sample_seconds: float
+
+    @classmethod
+    def of(cls, stats: Stats) -> SpeculativeUsage:
+        return cls(mode=stats.mode, drafted=stats.drafted, accepted=stats.accepted,
+                   acceptance=stats.acceptance, steps=stats.steps,
+                   steps_drafted=stats.steps_drafted,
+                   tokens_per_step=stats.tokens_per_step,
+                   tokens_per_second=stats.tokens_per_second,
+                   decode_seconds=stats.decode_seconds,
+                   speedup_estimate=stats.speedup_estimate,
+                   plain_step_seconds=stats.plain_step_seconds,
+                   draft_seconds=stats.draft_seconds, verify_seconds=stats.verify_seconds,
+                   sample_seconds=stats.sample_seconds)
+
+
+class PromptDetails(BaseModel):
+    cached_tokens: int
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptDetails
+    speculative: SpeculativeUsage
+
+    @classmethod
+    def of(cls, stats: Stats) -> Usage:
+        return cls(prompt_tokens=stats.prompt_tokens, completion_tokens=stats.generated,
+                   total_tokens=stats.prompt_tokens + stats.generated,
+                   prompt_tokens_details=PromptDetails(cached_tokens=stats.prompt_cached),
+                   speculative=SpeculativeUsage.of(stats))
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: FinishReason
+    logprobs: None = None
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class Delta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int = 0
+    delta: Delta
+    finish_reason: FinishReason | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+
+
+class TextChoice(BaseModel):
+    index: int = 0
+    text: str
+    finish_reason: FinishReason | None = None
+    logprobs: None = None
+
+
+class Completion(BaseModel):
+    """A text completion; streamed chunks have the same shape (OpenAI's legacy API)."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[TextChoice]
+    usage: Usage | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "specchat"
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]

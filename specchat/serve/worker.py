@@ -1,0 +1,207 @@
+"""The one thread that owns the models: requests are answered in arrival order (FIFO).
+
+llama.cpp contexts here hold one sequence and the engine is synchronous, so one answer is
+decoded at a time; the others wait in a bounded queue (a full queue is a 429). The thread
+loads the models itself, so the HTTP listener can answer /health (503) while they load.
+
+Cancelling: a job whose client went away is marked cancelled; the thread checks the mark
+after every engine event (one verify step) and closes the engine's generator, whose
+`finally` leaves the KV cache holding a prefix of what was committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from specchat.engine.events import Event
+from specchat.engine.options import GenerationOptions
+from specchat.errors import SpecchatError
+from specchat.runtime import Message, Runtime
+from specchat.serve.errors import APIError
+
+LOADING, READY, FAILED, STOPPED = "loading", "ready", "failed", "stopped"
+
+
+class Done:
+    """The last item of every job's output."""
+
+
+@dataclass
+class Job:
+    """One request: what to answer, and where the events go (an asyncio queue)."""
+
+    prompt: list[Message] | str  # chat messages, or raw completion text
+    options: GenerationOptions
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def push(self, item: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        except RuntimeError:  # the event loop is gone (shutdown): nobody is listening
+            self.cancelled.set()
+
+    async def next(self, gone: Callable[[], Any] | None = None, poll: float = 0.5) -> Any:
+        """The next item; while waiting, `gone()` (awaitable) says if the client left."""
+        while True:
+            try:
+                return await asyncio.wait_for(self.out.get(), timeout=poll)
+            except asyncio.TimeoutError:
+                if gone is not None and await gone():
+                    self.cancelled.set()
+                    raise ConnectionResetError("client disconnected") from None
+
+
+class Worker:
+    def __init__(self, load: Callable[[], Runtime], queue_size: int,
+                 on_fail: Callable[[str], None] = lambda message: None) -> None:
+        self._load = load
+        self._on_fail = on_fail
+        self.capacity = 1 + queue_size  # the one being decoded plus those waiting
+        self.state = LOADING
+        self.error = ""
+        self.runtime: Runtime | None = None
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._current: Job | None = None
+        self._mean_seconds = 5.0  # running mean of answer time, for Retry-After
+        self._thread = threading.Thread(target=self._run, name="specchat-engine", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        """Queue a job, or refuse it with 503 (not ready) or 429 (queue full)."""
+        if self.state != READY:
+            raise APIError(503, "the model is still loading: retry in a few seconds"
+                           if self.state == LOADING else "the server is shutting down",
+                           type="server_error", code="model_not_ready",
+                           headers={"Retry-After": "5"})
+        with self._lock:
+            if self._pending >= self.capacity:
+                wait = math.ceil(self._mean_seconds * self._pending / self.capacity)
+                raise APIError(
+                    429, f"the queue is full ({self._pending} requests in flight or waiting; "
+                    "this server answers one at a time): retry later, or start it with a "
+                    "larger --queue", type="rate_limit_exceeded", code="rate_limit_exceeded",
+                    headers={"Retry-After": str(max(1, wait))})
+            self._pending += 1
+        self._jobs.put(job)
+
+    def cancel_all(self) -> None:
+        """Shutting down: refuse new jobs, end queued ones, stop the one in flight."""
+        if self.state != FAILED:
+            self.state = STOPPED
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.cancelled.set()
+                job.push(_shutting_down())
+                job.push(Done())
+                with self._lock:
+                    self._pending -= 1
+        current = self._current
+        if current is not None:
+            current.cancelled.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """cancel_all, then let the thread free the models."""
+        self.cancel_all()
+        self._jobs.put(None)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            self.runtime = self._load()
+        except BaseException as exc:  # noqa: BLE001 - reported, and the server exits 1
+            self.state, self.error = FAILED, _describe(exc)
+            self._on_fail(self.error)
+            return
+        if self.state == LOADING:
+            self.state = READY
+        try:
+            while True:
+                job = self._jobs.get()
+                if job is None:
+                    break
+                self._current = job
+                try:
+                    self._answer(job)
+                finally:
+                    self._current = None
+                    with self._lock:
+                        self._pending -= 1
+        finally:
+            self.runtime.close()
+
+    def _answer(self, job: Job) -> None:
+        if job.cancelled.is_set():
+            job.push(Done())
+            return
+        start = time.monotonic()
+        events = self._events(job)
+        try:
+            for event in events:
+                job.push(event)
+                if job.cancelled.is_set():
+                    break  # within one verify step of the client leaving
+        except APIError as exc:
+            job.push(exc)
+        except Exception as exc:  # noqa: BLE001 - one failed answer must not stop the server
+            job.push(APIError(500, f"the answer failed: {_describe(exc)}", type="server_error"))
+        finally:
+            events.close()
+        if job.cancelled.is_set() and self.state == STOPPED:
+            job.push(_shutting_down())
+        job.push(Done())
+        self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.monotonic() - start)
+
+    def _events(self, job: Job) -> Generator[Event, None, None]:
+        runtime = self.runtime
+        assert runtime is not None
+        if isinstance(job.prompt, str):
+            tokens = runtime.raw_tokens(job.prompt)
+        else:
+            tokens = runtime.chat_tokens(job.prompt)
+        n_ctx = runtime.target.n_ctx
+        if len(tokens) >= n_ctx:
+            param = "prompt" if isinstance(job.prompt, str) else "messages"
+            raise APIError(400, f"the prompt is {len(tokens)} tokens and this server's context "
+                           f"holds {n_ctx}, which leaves no room for an answer: shorten the "
+                           "messages, or restart the server with a larger --ctx",
+                           param=param, code="context_length_exceeded")
+        try:
+            options = runtime.effective_options(job.options)
+        except SpecchatError as exc:
+            raise APIError(400, str(exc).replace("--spec", "spec"), param="spec") from None
+        events = runtime.stream(tokens, options)
+        try:
+            yield from events
+        finally:
+            events.close()  # the engine's cleanup: the cache holds committed tokens only
+
+
+def _shutting_down() -> APIError:
+    return APIError(503, "the server is shutting down: this answer was cut short",
+                    type="server_error", code="shutting_down")
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, SpecchatError):
+        return str(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return f"{type(exc).__name__}: {exc}"
