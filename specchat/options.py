@@ -23,7 +23,8 @@ from specchat.errors import UsageError
 Parser = Callable[[str], Any]
 Checker = Callable[[Any], str | None]  # None when fine, else what is allowed
 
-MODEL, GENERATION, CHAT, REMOTE, SERVER = "model", "generation", "chat", "remote", "server"
+MODEL, GENERATION, CHAT, REMOTE, SERVER, ASK = ("model", "generation", "chat", "remote", "server",
+                                             "ask")
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 
 
@@ -79,6 +80,8 @@ class Option:
             if self.optional:
                 return None
             raise OptionError(f"{self.name} needs a value")
+        if self.parse is not None and isinstance(value, str):
+            value = self.parse(value)  # "auto", "random", "2G": the option's own text forms
         if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if self.kind is list:
@@ -169,6 +172,18 @@ def _complete_drafts(incomplete: str) -> list[str]:
     return [c for c in ["none", *_complete_models(incomplete)] if c.startswith(incomplete)]
 
 
+def _parse_size(text: str) -> str:
+    """A prompt-cache size ('2G', '500M', '0', 'off'), checked by the cache's own parser."""
+    from specchat.promptcache import size_limit
+
+    try:
+        size_limit(text)
+    except UsageError:
+        raise OptionError(f"prompt_cache needs a size like 2G or 500M (0 or off: no cache), "
+                          f"not {text!r}") from None
+    return text
+
+
 def _at_least(low: float, what: str = "") -> Checker:
     return lambda v: None if v >= low else f"must be >= {low:g}{what}"
 
@@ -245,6 +260,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("plain", bool, False, "No Markdown rendering of answers.", CHAT, live=True),
     Option("show_draft", bool, False, "Colour the tokens that came from the draft.", CHAT,
            live=True),
+    # --- one-shot answers -----------------------------------------------------------------------
+    Option("prompt_cache", str, "2G", "Disk the prompt cache of one-shot answers may use "
+           "(e.g. 2G, 500M; 0 or off: no cache).", ASK, parse=_parse_size, metavar="SIZE"),
     # --- another server instead of local models ----------------------------------------------
     Option("endpoint", str, None, "Use an OpenAI-compatible server at this URL instead of "
            "local models.", REMOTE, optional=True, metavar="URL"),

@@ -24,7 +24,7 @@ def test_every_option_is_declared_once_with_a_valid_default() -> None:
     ("seed", "-1", -1), ("seed", "random", None), ("n_gpu_layers", "auto", None),
     ("n_gpu_layers", "12", 12), ("ctx", "0", 0), ("plain", "yes", True),
     ("stop", r"\n\n", ["\n\n"]), ("stop", '["a", "b"]', ["a", "b"]), ("system", " x ", " x "),
-    ("draft", "none", None),
+    ("draft", "none", None), ("prompt_cache", "500M", "500M"), ("prompt_cache", "off", "off"),
 ])
 def test_text_values(name: str, text: str, value: object) -> None:
     assert BY_NAME[name].from_text(text) == value
@@ -34,6 +34,7 @@ def test_text_values(name: str, text: str, value: object) -> None:
     ("temperature", "hot", "needs a number"), ("top_p", "3", "top_p must be in (0, 1]"),
     ("spec", "fast", "must be one of auto, draft, ngram, off"), ("ctx", "8", "0 or >= 16"),
     ("seed", "-2", "seed must be >= 0, or -1 for a random seed"), ("plain", "maybe", "true or false"), ("port", "70000", "65535"),
+    ("prompt_cache", "1X", "needs a size like 2G"),
 ])
 def test_bad_text_values_say_what_is_allowed(name: str, text: str, message: str) -> None:
     with pytest.raises(OptionError, match=message.replace("(", r"\(").replace(")", r"\)")):

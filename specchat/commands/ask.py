@@ -104,7 +104,7 @@ Answer = tuple[Finished | None, Backend, list[int | None]]
 def _ask_local(settings: Settings, options: GenerationOptions, attached: list[Attachment],
                text: str, raw: bool, echo: bool) -> Answer:
     """Local models: the prompt cache, attachment token counts, the context check."""
-    cache_limit = size_limit()  # a bad $SPECCHAT_PROMPT_CACHE is refused before loading
+    cache_limit = size_limit(settings["prompt_cache"])
     with open_runtime(c.load_settings(settings, quiet=not echo)) as runtime:
         runtime.prompt_cache = PromptCache(prompt_cache_dir(), cache_limit)
         counts: list[int | None] = list(measure(attached, runtime.raw_tokens,

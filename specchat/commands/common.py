@@ -13,7 +13,7 @@ import typer
 from specchat.config import Settings
 from specchat.engine.options import GenerationOptions
 from specchat.errors import UsageError
-from specchat.options import CHAT, GENERATION, MODEL, REMOTE, generation_options, group
+from specchat.options import ASK, CHAT, GENERATION, MODEL, REMOTE, generation_options, group
 from specchat.runtime import LoadSettings
 
 FilesFlag = Annotated[Optional[list[str]], typer.Option(
@@ -25,7 +25,7 @@ FilesFlag = Annotated[Optional[list[str]], typer.Option(
 if TYPE_CHECKING:
     from specchat.remote import RemoteRuntime
 
-ASK_OPTIONS = group(MODEL, GENERATION, REMOTE)
+ASK_OPTIONS = group(MODEL, GENERATION, ASK, REMOTE)
 CHAT_OPTIONS = group(MODEL, GENERATION, CHAT, REMOTE)
 
 
