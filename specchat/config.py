@@ -91,8 +91,7 @@ def _checked(values: Mapping[str, Any], path: Path, where: str) -> dict[str, Any
             raise UsageError(f"{path}: {where}unknown key {key!r}{hint}; keys are option names "
                              f"(`specchat config --help` lists them) or [profile.NAME] tables")
         try:
-            out[name] = opt.from_text(value) if isinstance(value, str) and opt.kind is not str \
-                else opt.validate(value)
+            out[name] = opt.accept(value)
         except OptionError as exc:
             raise UsageError(f"{path}: {where}{key}: {exc}") from None
     return out

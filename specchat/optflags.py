@@ -109,8 +109,7 @@ def _from_flag(name: str, value: Any) -> Any:
         return None
     opt = BY_NAME[name]
     try:
-        return opt.from_text(value) if isinstance(value, str) and opt.kind is not str \
-            else opt.validate(value)
+        return opt.accept(value)
     except OptionError as exc:
         raise UsageError(f"{opt.flag}: {exc}") from None
 

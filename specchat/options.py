@@ -74,6 +74,12 @@ class Option:
             return self.validate(value)
         return self.validate(raw if self.kind is str else text)
 
+    def accept(self, value: Any) -> Any:
+        """A value as it arrives from anywhere (a flag, a TOML file, /set): text where the
+        option is not text is parsed, anything else type- and range-checked."""
+        return self.from_text(value) if isinstance(value, str) and self.kind is not str \
+            else self.validate(value)
+
     def validate(self, value: Any) -> Any:
         """The value, type-checked (ints accepted as floats) and range-checked."""
         if value is None:
@@ -317,16 +323,6 @@ def generation_options(values: Mapping[str, Any]) -> GenerationOptions:
                                  draft_max=get("draft_max"))
     except OptionError as exc:
         raise UsageError(f"invalid option: {exc}") from None
-
-
-def validated(name: str, value: Any, where: str) -> Any:
-    """`value` checked for option `name`; a problem is a usage error that says `where`."""
-    opt = BY_NAME[name]
-    try:
-        return opt.from_text(value) if isinstance(value, str) and opt.kind is not str \
-            else opt.validate(value)
-    except OptionError as exc:
-        raise UsageError(f"{where}: {exc}") from None
 
 
 def env_values(names: Iterable[str], environ: Mapping[str, str] | None = None
