@@ -39,7 +39,7 @@ def measure(model: LogitsModel, sizes: tuple[int, ...] = SIZES, repeats: int = 3
     """
     keep = len(model.tokens)
     vocab = model.n_vocab
-    filler = [(7 + 31 * i) % vocab for i in range(depth + max(sizes))]
+    filler = [(7 + 31 * i) % vocab for i in range(depth + max(*sizes, 4))]  # 4: the warm-up
     try:
         model.eval(filler[:depth], [])
         base = len(model.tokens)

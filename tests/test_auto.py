@@ -230,3 +230,11 @@ def test_a_miss_weighs_on_the_next_draft_only_until_a_plain_step() -> None:
     # Without this, a draft that missed once kept every later one in the after-miss
     # estimates, which never paid: long copies later in the answer went plain.
     assert policy._last == NO_DRAFT_YET
+
+
+def test_measuring_a_single_step_has_room_for_the_warm_up() -> None:
+    # The thread governor measures a plain step alone: sizes=(1,) once asked for warm-up
+    # rows beyond the filler and failed ("logit rows [1, 2, 3] outside a batch of 1").
+    model = FakeModel(n_vocab=16)
+    measured = measure(model, sizes=(1,), repeats=1)
+    assert set(measured) == {1} and list(model.tokens) == []
