@@ -267,6 +267,9 @@ def test_cli_end_to_end_on_fake_models(opened: dict, tmp_path: Path, capsys: Any
     drafted = [r for r in doc["records"] if r["mode"] == "draft"]
     assert all(r["matched_off"] for r in drafted)  # greedy speculation is exact on fakes
     assert doc["settings"]["modes"] == ["off", "ngram", "draft"]
+    ceiling = doc["settings"]["ceiling"]  # (k+1)/cost(k+1) from the runtime's cost table
+    assert set(ceiling) == {"1", "2", "3", "4", "8", "16"} and all(v > 0 for v in ceiling.values())
+    assert "ceiling here" in out and f"{ceiling['3']:.2f}x at k=3" in out
     assert out_json.stat().st_mode & 0o777 == 0o600  # it holds the prompts and answers
 
 

@@ -237,6 +237,23 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
+CEILING_KS = (1, 2, 3, 4, 8, 16)
+
+
+def ceiling_summary(state: AutoState) -> dict[str, float]:
+    """By draft length k: the speedup a free drafter whose every token is accepted could
+    reach here, (k+1) / cost(k+1), from the verify costs measured on this machine."""
+    rows = calibration_rows(state.target_costs, None, max_k=max(CEILING_KS))
+    return {str(r["k"]): round(float(r["ceiling"] or 0), 3) for r in rows
+            if r["k"] in CEILING_KS}
+
+
+def render_ceiling(console: Console, ceiling: dict[str, float]) -> None:
+    parts = ", ".join(f"{v:.2f}x at k={k}" for k, v in ceiling.items())
+    console.print(f"ceiling here (a free drafter whose every token is accepted, from the "
+                  f"measured verify costs): {parts}")
+
+
 def print_calibration(console: Console, state: AutoState, target: str,
                       draft: str | None) -> None:
     """The measured cost of a verify batch here, the ceiling it allows, and the acceptance a

@@ -29,7 +29,14 @@ from specchat.bench import prompts as bp
 from specchat import output, storage
 from specchat.bench import ttft
 from specchat.bench.peer import ChatCompletionPeer
-from specchat.bench.report import print_calibration, render, summarize, to_json
+from specchat.bench.report import (
+    ceiling_summary,
+    print_calibration,
+    render,
+    render_ceiling,
+    summarize,
+    to_json,
+)
 from specchat.bench.runner import BenchResult, Step, parse_modes, run_bench
 from specchat.commands import common as c
 from specchat.config import Settings
@@ -103,6 +110,7 @@ def bench(
                                warmup=warmup, peer=plain,
                                prompt_cache=PromptCache(Path(cache_dir), min_new_tokens=0))
         described = _settings(file, categories, limit, mode_list, options, runtime, ctx)
+        described["ceiling"] = ceiling_summary(runtime.auto)
     _report(result, mode_list, described, json_file, greedy=options.sampling.greedy)
     if not result.records and not result.interrupted:
         raise SpecchatError("no prompt fitted in the context: raise --ctx or lower --max-tokens")
@@ -207,6 +215,7 @@ def _report(result: BenchResult, modes: list[str], settings: dict[str, Any],
               file=sys.stderr)
     render(console, summarize(result.records, modes), greedy)
     ttft.render(console, result.first_tokens)
+    render_ceiling(console, settings["ceiling"])
     if json_file is None:
         return
     document = json.dumps(to_json(result, modes, settings), ensure_ascii=False, indent=1)
