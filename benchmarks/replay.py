@@ -31,7 +31,6 @@ from specchat.engine.events import Finished
 from specchat.engine.loop import generate
 from specchat.engine.options import GenerationOptions
 
-
 # Qwen2.5-Coder-1.5B Q4_K_M on the 2-core VM, quiet (issue 13's calibration: batch of 2 =
 # 1.72 steps, 4 = 2.93, 5 = 3.59, 8 = 6.66, 17 = 9.40), linear in between.
 QUIET_RATIOS = "1,1.72,2.33,2.93,3.59,4.61,5.64,6.66,6.96,7.27,7.57,7.88,8.18,8.49,8.79,9.10,9.40"

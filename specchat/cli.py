@@ -42,7 +42,16 @@ def _root(
 
 
 def _register_commands() -> None:
-    from specchat.commands import ask, bench, chat, config, doctor, history, models, serve
+    from specchat.commands import (
+        ask,
+        bench,
+        chat,
+        config,
+        doctor,
+        history,
+        models,
+        serve,
+    )
 
     for module in (ask, chat, history, config, models, bench, doctor, serve):
         module.register(app)

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import difflib
 import os
+import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from specchat import storage
 from specchat.errors import UsageError

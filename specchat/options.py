@@ -17,7 +17,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specchat.engine.options import SPEC_MODES, GenerationOptions, OptionError, SamplingOptions
+from specchat.engine.options import (
+    SPEC_MODES,
+    GenerationOptions,
+    OptionError,
+    SamplingOptions,
+)
 from specchat.errors import UsageError
 
 Parser = Callable[[str], Any]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specchat.chat.render import Renderer, RenderConfig
+from specchat.chat.render import RenderConfig, Renderer
 from specchat.chat.session import ChatSession
 from specchat.chat.store import Store
 from specchat.engine.options import GenerationOptions, SamplingOptions

@@ -14,8 +14,20 @@ from specchat.calibration import (
     measure,
     table_from,
 )
-from specchat.engine.auto import CPU_RATIOS, LAST_FAILED, NO_DRAFT_YET, AutoPolicy, AutoState
-from specchat.engine.cost import AcceptanceModel, Candidate, CostTable, choose, match_bucket
+from specchat.engine.auto import (
+    CPU_RATIOS,
+    LAST_FAILED,
+    NO_DRAFT_YET,
+    AutoPolicy,
+    AutoState,
+)
+from specchat.engine.cost import (
+    AcceptanceModel,
+    Candidate,
+    CostTable,
+    choose,
+    match_bucket,
+)
 from specchat.engine.drafters import DraftModelDrafter, PromptLookupDrafter
 from specchat.engine.events import Finished
 from specchat.engine.loop import generate

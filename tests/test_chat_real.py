@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat.chat.render import Renderer, RenderConfig
+from specchat.chat.render import RenderConfig, Renderer
 from specchat.chat.session import ChatSession
 from specchat.chat.store import Store, load_conversation
 from specchat.engine.options import GenerationOptions, SamplingOptions

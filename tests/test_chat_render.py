@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from specchat.chat.render import (Renderer, RenderConfig, speedup_estimate, status_text,
-                                  summary_text)
+from specchat.chat.render import (
+    RenderConfig,
+    Renderer,
+    speedup_estimate,
+    status_text,
+    summary_text,
+)
 from specchat.engine.events import Chunk, Finished
 from specchat.engine.stats import Stats
 from tests import chat_fakes as f

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specchat.chat.conversation import Conversation, Turn
-from specchat.chat.render import Renderer, RenderConfig
+from specchat.chat.render import RenderConfig, Renderer
 from specchat.chat.store import Store, load_conversation, read_records, save_copy
 from specchat.engine.events import Chunk
 from specchat.errors import UsageError

@@ -11,7 +11,12 @@ from typer.testing import CliRunner
 
 from specchat.commands import models as models_command
 from specchat.errors import EXIT_USAGE, UsageError
-from tests.wheelfactory import build_split_model, gguf_bytes, isolate, mirror_preset_toml
+from tests.wheelfactory import (
+    build_split_model,
+    gguf_bytes,
+    isolate,
+    mirror_preset_toml,
+)
 
 PAYLOAD = gguf_bytes(50_000, seed=2)
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.special import softmax
 
 from specchat.engine.options import GenerationOptions, SamplingOptions
-from scipy.special import softmax
 from specchat.errors import ModelError, UsageError
 from specchat.llm import (
     check_compatible,

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from specchat.chat import commands
-from specchat.chat.render import Renderer, RenderConfig, status_text
+from specchat.chat.render import RenderConfig, Renderer, status_text
 from specchat.chat.session import ChatSession
 from specchat.chat.store import Store
 from specchat.engine.events import Chunk, Finished

@@ -18,8 +18,14 @@ import pytest
 
 from specchat.chat import store as store_mod
 from specchat.chat.commands import dispatch
-from specchat.chat.store import (Store, conversation_files, latest_file, load_conversation,
-                                 read_records, summaries)
+from specchat.chat.store import (
+    Store,
+    conversation_files,
+    latest_file,
+    load_conversation,
+    read_records,
+    summaries,
+)
 from specchat.errors import SpecchatError, UsageError
 from tests import chat_fakes as f
 

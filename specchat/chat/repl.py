@@ -13,7 +13,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from prompt_toolkit import PromptSession
-from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
+from prompt_toolkit.completion import (
+    CompleteEvent,
+    Completer,
+    Completion,
+    PathCompleter,
+)
 from prompt_toolkit.document import Document
 from prompt_toolkit.filters import Condition, is_searching
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory

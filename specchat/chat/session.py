@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specchat.chat.attach import Attachment, check_fits, compose, read_attachment, token_count
+from specchat.chat.attach import (
+    Attachment,
+    check_fits,
+    compose,
+    read_attachment,
+    token_count,
+)
 from specchat.chat.conversation import Conversation, Turn
 from specchat.chat.render import Renderer
 from specchat.chat.store import Store, load_conversation, save_copy

@@ -27,7 +27,6 @@ from specchat.report import summary_line
 from specchat.runtime import Backend, Message, open_runtime
 
 
-
 def register(app: typer.Typer) -> None:
     app.command("ask", help="Answer one prompt (argument and/or stdin) and exit.")(ask)
 

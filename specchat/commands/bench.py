@@ -25,8 +25,8 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from specchat.bench import prompts as bp
 from specchat import output, storage
+from specchat.bench import prompts as bp
 from specchat.bench import ttft
 from specchat.bench.peer import ChatCompletionPeer
 from specchat.bench.report import (

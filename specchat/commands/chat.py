@@ -15,9 +15,15 @@ from specchat import storage
 from specchat.chat import repl
 from specchat.chat.attach import Attachment, measure, read_files
 from specchat.chat.conversation import Conversation
-from specchat.chat.render import Renderer, RenderConfig
+from specchat.chat.render import RenderConfig, Renderer
 from specchat.chat.session import ChatSession, ErrorLog
-from specchat.chat.store import Store, history_file, latest_file, load_conversation, state_dir
+from specchat.chat.store import (
+    Store,
+    history_file,
+    latest_file,
+    load_conversation,
+    state_dir,
+)
 from specchat.commands import common as c
 from specchat.config import Settings
 from specchat.engine.options import GenerationOptions
@@ -25,6 +31,7 @@ from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
 from specchat.optflags import with_options
 from specchat.runtime import Backend, Runtime, open_runtime
 from specchat.storage import StorageError
+
 
 def register(app: typer.Typer) -> None:
     app.command("chat", help="Chat in the terminal (piped stdin: answer it once and exit).")(

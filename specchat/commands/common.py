@@ -13,7 +13,15 @@ import typer
 from specchat.config import Settings
 from specchat.engine.options import GenerationOptions
 from specchat.errors import UsageError
-from specchat.options import ASK, CHAT, GENERATION, MODEL, REMOTE, generation_options, group
+from specchat.options import (
+    ASK,
+    CHAT,
+    GENERATION,
+    MODEL,
+    REMOTE,
+    generation_options,
+    group,
+)
 from specchat.runtime import LoadSettings
 
 FilesFlag = Annotated[Optional[list[str]], typer.Option(

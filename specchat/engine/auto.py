@@ -30,7 +30,12 @@ from specchat.engine.cost import (
     choose,
     match_bucket,
 )
-from specchat.engine.drafters import EMPTY_DRAFT, Draft, DraftModelDrafter, PromptLookupDrafter
+from specchat.engine.drafters import (
+    EMPTY_DRAFT,
+    Draft,
+    DraftModelDrafter,
+    PromptLookupDrafter,
+)
 
 # Ratios of a CPU verify batch to one step (docs/costs.md, Qwen 1.5B on 2 cores): a cautious
 # starting point when nothing was measured; real runs calibrate at load.

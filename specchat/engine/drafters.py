@@ -15,7 +15,12 @@ from typing import Protocol
 import numpy as np
 
 from specchat.engine.options import SamplingOptions
-from specchat.engine.padding import check_vocab_sizes, pad_row, readable_prefix, shared_logits
+from specchat.engine.padding import (
+    check_vocab_sizes,
+    pad_row,
+    readable_prefix,
+    shared_logits,
+)
 from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefix
 from specchat.engine.sampling import greedy_token, probs, recent_window, sample
 

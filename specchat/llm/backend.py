@@ -19,6 +19,7 @@ import numpy as np
 
 from specchat.engine.protocol import ContextFullError
 from specchat.errors import ModelError, UsageError
+from specchat.llm.gpufit import Device, ModelShape, shape_from_metadata
 from specchat.llm.helpers import (
     VOCAB_TYPES,
     AbortFlag,
@@ -37,7 +38,6 @@ from specchat.llm.helpers import (
     rows_in_span,
     token_or_none,
 )
-from specchat.llm.gpufit import Device, ModelShape, shape_from_metadata
 from specchat.llm.vocab import VocabInfo
 
 # --- llama.cpp's log --------------------------------------------------------------------------

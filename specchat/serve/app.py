@@ -21,7 +21,12 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from specchat.engine.events import Chunk, Finished
 from specchat.serve import errors
 from specchat.serve.errors import APIError
-from specchat.serve.params import chat_messages, completion_text, parse_body, request_options
+from specchat.serve.params import (
+    chat_messages,
+    completion_text,
+    parse_body,
+    request_options,
+)
 from specchat.serve.schemas import (
     ChatRequest,
     CompletionRequest,
