@@ -25,21 +25,14 @@ from typing import Any
 from specchat import storage
 from specchat.errors import UsageError
 from specchat.options import ALIASES, BY_NAME, OptionError, env_values
+from specchat.paths import user_path
 
 FLAG, ENV, FILE, DEFAULT = "flag", "env", "file", "default"
 
 
 def config_path() -> Path:
     """$SPECCHAT_CONFIG, else $SPECCHAT_HOME/config.toml, else $XDG_CONFIG_HOME/specchat."""
-    explicit = os.environ.get("SPECCHAT_CONFIG")
-    if explicit:
-        return Path(explicit).expanduser()
-    home = os.environ.get("SPECCHAT_HOME")
-    if home:
-        return Path(home).expanduser() / "config.toml"
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".config"
-    return base / "specchat" / "config.toml"
+    return user_path("config", "config.toml", override="SPECCHAT_CONFIG")
 
 
 @dataclass

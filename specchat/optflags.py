@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from specchat.config import Settings, resolve
+from specchat.config import resolve
 from specchat.errors import UsageError
 from specchat.options import BY_NAME, Option, OptionError
 

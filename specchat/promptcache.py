@@ -31,6 +31,7 @@ import numpy as np
 
 from specchat.engine.protocol import common_prefix
 from specchat.errors import SpecchatError, UsageError
+from specchat.paths import user_path
 from specchat.storage import StorageError, atomic_write, make_dirs
 
 MAGIC = b"SPECCHAT-KV1"
@@ -65,11 +66,7 @@ class StatefulModel(Protocol):
 
 def prompt_cache_dir() -> Path:
     """$SPECCHAT_HOME/prompt-cache, else $XDG_CACHE_HOME/specchat/prompt-cache."""
-    home = os.environ.get("SPECCHAT_HOME")
-    if home:
-        return Path(home).expanduser() / "prompt-cache"
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache).expanduser() / "specchat" / "prompt-cache"
+    return user_path("cache", "prompt-cache")
 
 
 def size_limit(value: str | None = None) -> int:

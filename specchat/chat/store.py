@@ -9,7 +9,6 @@ the current state and nothing is ever rewritten in place.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from typing import Any
 from specchat import storage
 from specchat.chat.conversation import Conversation
 from specchat.errors import UsageError
+from specchat.paths import user_path
 
 FORMAT = "specchat-conversation"
 VERSION = 1
@@ -27,12 +27,7 @@ VERSION = 1
 
 def state_dir() -> Path:
     """$SPECCHAT_HOME/state, else $XDG_STATE_HOME/specchat, else ~/.local/state/specchat."""
-    home = os.environ.get("SPECCHAT_HOME")
-    if home:
-        return Path(home).expanduser() / "state"
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
-    return base / "specchat"
+    return user_path("state", "", home_name="state")
 
 
 def conversations_dir() -> Path:

@@ -8,13 +8,13 @@ user with a broken models.toml knows where to look.
 from __future__ import annotations
 
 import difflib
-import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from specchat.errors import UsageError
+from specchat.paths import user_path
 
 try:
     import tomllib
@@ -88,11 +88,7 @@ class Preset:
 
 def user_config_path() -> Path:
     """Where the user's models.toml lives: $SPECCHAT_HOME, else the XDG config directory."""
-    home = os.environ.get("SPECCHAT_HOME")
-    if home:
-        return Path(home).expanduser() / "models.toml"
-    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(config).expanduser() / "specchat" / "models.toml"
+    return user_path("config", "models.toml")
 
 
 def load_presets() -> dict[str, Preset]:

@@ -22,20 +22,14 @@ from pathlib import Path
 from specchat import storage
 from specchat.llm.helpers import check_gguf_file
 from specchat.models.presets import Preset
+from specchat.paths import user_path
 
 TEMP_SUFFIXES: tuple[str, ...] = (".partial", ".wheels", ".hub")
 
 
 def cache_dir() -> Path:
     """$SPECCHAT_CACHE, else $SPECCHAT_HOME/models, else $XDG_CACHE_HOME/specchat/models."""
-    explicit = os.environ.get("SPECCHAT_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    home = os.environ.get("SPECCHAT_HOME")
-    if home:
-        return Path(home).expanduser() / "models"
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache).expanduser() / "specchat" / "models"
+    return user_path("cache", "models", override="SPECCHAT_CACHE")
 
 
 def model_path(preset: Preset) -> Path:
