@@ -519,5 +519,5 @@ def _calibration_cache(settings: LoadSettings, gpu: str = ""
     from specchat.models import cache_dir
 
     knobs: dict[str, object] = {"n_gpu_layers": gpu or settings.n_gpu_layers,
-                                "threads": settings.threads, "version": 1}
+                                "threads": settings.threads, "version": 2}
     return CalibrationCache(cache_dir().parent / "calibration.json"), knobs

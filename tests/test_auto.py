@@ -15,6 +15,7 @@ from specchat.calibration import (
     table_from,
 )
 from specchat.engine.auto import (
+    AMBIGUOUS,
     CPU_RATIOS,
     LAST_FAILED,
     NO_DRAFT_YET,
@@ -41,7 +42,7 @@ def cpu_state() -> AutoState:
     """CPU-like costs, frozen: the fakes' own eval times (microseconds, flat in n) must not
     be learnt into the table these tests reason with."""
     costs = CostTable.from_ratios(0.04, CPU_RATIOS)
-    costs.weight = 0.0
+    costs.learn = False
     return AutoState(target_costs=costs)
 
 
@@ -94,11 +95,38 @@ def test_acceptance_model_learns_and_forgets() -> None:
     assert m.rate(1) < 0.1
 
 
-def test_cost_table_stays_monotone_under_noise() -> None:
+def test_cost_table_never_lets_a_batch_cost_less_than_a_plain_step() -> None:
     t = CostTable.from_ratios(0.04, CPU_RATIOS)
     for _ in range(100):
-        t.observe(3, 0.001)  # absurdly fast observations must not make n=3 cheaper than n=2
-    assert all(b >= a for a, b in zip(t.seconds, t.seconds[1:]))
+        t.observe(3, 0.001)  # absurdly fast observations must not make drafting look free
+    assert all(r >= 1.0 for r in t.ratios())
+    assert t.ratios()[0] == 1.0
+
+
+def test_cost_table_keeps_a_real_dip_in_its_shape() -> None:
+    # Measured on 2 cores: a batch of 16 costs less than one of 15 (kernels work in blocks
+    # of rows). The table must not smooth that away, or auto never drafts 15 tokens.
+    ratios = [1.0 + 0.55 * i for i in range(17)]
+    ratios[15] = 7.8
+    t = CostTable.from_ratios(0.05, ratios)
+    for _ in range(200):
+        t.observe(15, 0.05 * ratios[14])
+        t.observe(16, 0.05 * 7.8)
+        t.observe(1, 0.05)
+    assert t.ratio(16) == pytest.approx(7.8, rel=0.01)
+    assert t.ratio(15) == pytest.approx(ratios[14], rel=0.01)
+
+
+def test_a_busier_machine_moves_the_scale_not_the_shape() -> None:
+    # The old table averaged each size on its own: plain steps (seen every step) followed
+    # the load while batches (seen rarely) kept quiet-machine costs, so batches looked cheap.
+    t = CostTable.from_ratios(0.04, CPU_RATIOS)
+    for i in range(300):
+        t.observe(1, 0.06)
+        if i % 50 == 0:
+            t.observe(4, 0.06 * CPU_RATIOS[3])
+    assert t.cost(1) == pytest.approx(0.06)
+    assert t.ratios() == pytest.approx(list(CPU_RATIOS), rel=1e-6)
 
 
 def test_match_buckets() -> None:
@@ -202,6 +230,7 @@ def test_calibration_measures_restores_cache_and_caches(tmp_path: Path) -> None:
     table = table_from({1: 1.0, 2: 1.5, 4: 2.5})
     assert table.seconds[:4] == [1.0, 1.5, 2.0, 2.5]
     assert table.seconds[-1] == 2.5
+    assert table_from({1: 1.0, 2: 1.8, 3: 1.6}).seconds[:3] == [1.0, 1.8, 1.6]  # as measured
     cache = CalibrationCache(tmp_path / "calibration.json")
     assert cache.load("k") is None
     cache.save("k", table, "fake")
@@ -250,3 +279,55 @@ def test_measuring_a_single_step_has_room_for_the_warm_up() -> None:
     model = FakeModel(n_vocab=16)
     measured = measure(model, sizes=(1,), repeats=1)
     assert set(measured) == {1} and list(model.tokens) == []
+
+
+def never_pays_state() -> AutoState:
+    """Costs under which no draft can pay: auto stays plain every step."""
+    costs = CostTable.from_ratios(0.04, [1.0 + 10.0 * i for i in range(17)])
+    costs.learn = False
+    return AutoState(target_costs=costs)
+
+
+def test_lookups_auto_declines_are_scored_against_what_the_target_wrote() -> None:
+    # The target copies its prompt, but batches are priced so that drafting never pays: auto
+    # stays plain, and still learns (for free) that these lookups would have been accepted.
+    text = list(range(1, 60))
+    state = never_pays_state()
+    fin = run(copy_model(text, n_vocab=64), text + text[:3], state, n=40)
+    assert fin.stats.drafted == 0
+    learnt = [m for key, m in state.models.items() if key[0] == "ngram" and sum(m.trials)]
+    assert learnt, "undrafted lookups taught auto nothing"
+    assert all(m.rate(1) > m.prior for m in learnt)  # copying: better than the prior
+    assert max(m.trials[0] for m in learnt) >= 5
+
+
+def test_declined_lookups_that_would_have_missed_lower_the_estimate() -> None:
+    # Negative control: every pair "x x+20" of the prompt went on as 1; the target follows
+    # each such pair with 2, so every lookup auto sees (and declines) would have missed.
+    prompt = [t for x in range(10, 30) for t in (x, x + 20, 1)]
+    follow = {(x, x + 20): 2 for x in range(10, 30)}
+    follow |= {(x + 20, 2): x + 1 for x in range(10, 30)}
+    follow |= {(2, x + 1): x + 21 for x in range(10, 29)}
+    follow[(49, 1)], follow[(1, 10)] = 10, 30
+
+    def logits(context: list[int]) -> np.ndarray:
+        row = np.full(64, -5.0, dtype=np.float32)
+        row[follow.get((context[-2], context[-1]), 0)] = 5.0
+        return row
+
+    state = never_pays_state()
+    fin = run(FakeModel(n_vocab=64, logits_fn=logits), prompt, state, n=30)
+    assert list(fin.tokens[:6]) == [10, 30, 2, 11, 31, 2]
+    seen = [m for key, m in state.models.items() if key[0] == "ngram" and m.trials[0]]
+    assert seen and all(m.rate(1) < m.prior for m in seen)
+    assert sum(m.trials[0] for m in seen) >= 5
+
+
+def test_an_ambiguous_match_has_its_own_low_prior_and_estimates() -> None:
+    policy = AutoPolicy(cpu_state(), PromptLookupDrafter(2, 5), None, 8)
+    rng = np.random.default_rng(0)
+    context = [1, 2, 3, 9, 5, 1, 2, 3, 7, 6, 1, 2, 3]  # "1 2 3" went on as 9, then as 7
+    policy.propose(context, 8, rng)
+    assert policy._key is None or policy._key[1] == AMBIGUOUS
+    assert policy.state.last.drafter is None  # a weak prior: not worth a draft here
+    assert policy._shadows and policy._shadows[-1][0][1] == AMBIGUOUS

@@ -150,3 +150,14 @@ def test_fill_cache_reuses_the_common_prefix() -> None:
     assert fill_cache(model, [1, 2, 7]) == 1
     assert list(model.tokens) == [1, 2, 7]
     assert fill_cache(model, [1, 2]) == 0 and list(model.tokens) == [1, 2]
+
+
+def test_ngram_index_marks_ngrams_seen_with_two_continuations() -> None:
+    index = NgramIndex(2, 4)
+    index.extend([1, 2, 3, 9, 1, 2, 3])
+    assert index.match() == (3, 3) and not index.ambiguous(3)  # "1 2 3" was followed by 9 only
+    index.extend([7, 1, 2, 3])  # now "1 2 3" has been followed by 9 and by 7
+    assert index.ambiguous(3) and index.ambiguous(2)
+    assert index.continuation(1) == [7]  # the most recent continuation is still proposed
+    index.extend([5, 5])
+    assert not index.ambiguous(2)  # "5 5" has no continuation yet at all

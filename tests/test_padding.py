@@ -121,7 +121,7 @@ def cheap_draft_state() -> AutoState:
     """Costs under which drafting with the model always pays (a verify costs one step)."""
     target = CostTable.from_ratios(0.04, [1.0] * 17)
     draft = CostTable.from_ratios(0.0001, [1.0] * 17)
-    target.weight = draft.weight = 0.0  # the fakes' own timings must not be learnt
+    target.learn = draft.learn = False  # the fakes' own timings must not be learnt
     return AutoState(target_costs=target, draft_costs=draft)
 
 

