@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
+from specchat.cpushare import CpuShare
 from specchat.engine.auto import AutoState
 from specchat.engine.events import Event
 from specchat.engine.loop import ProgressCallback, Restore, generate
@@ -100,15 +101,31 @@ class Runtime:
     settings: LoadSettings | None = None  # how it was opened (None: built by hand, fixed)
     prompt_cache: PromptCache | None = None  # on-disk prompt states; one-shot commands only
     governor: ThreadGovernor | None = None  # threads per step, learnt across answers
+    cpu_share: CpuShare | None = None  # the other specchat processes decoding (with governor)
 
     def stream(self, prompt: Sequence[int], options: GenerationOptions,
                progress: ProgressCallback | None = None) -> Generator[Event, None, None]:
         """Generate an answer to `prompt` tokens; the mode comes from options.spec."""
         options = self.effective_options(options)
         draft = self.draft_for(options.spec)
-        return generate(self.target, prompt, options, draft=draft, auto=self.auto,
-                        progress=progress, restore=self._restorer(draft),
-                        governor=self.governor)
+        events = generate(self.target, prompt, options, draft=draft, auto=self.auto,
+                          progress=progress, restore=self._restorer(draft),
+                          governor=self.governor)
+        if self.governor is None or self.cpu_share is None:
+            return events
+        return self._sharing_cores(events, self.governor, self.cpu_share)
+
+    @staticmethod
+    def _sharing_cores(events: Generator[Event, None, None], governor: ThreadGovernor,
+                       share: CpuShare) -> Generator[Event, None, None]:
+        """Counted among the specchat processes decoding while the answer runs, with this
+        process's share of the cores from the first prefill batch on (cpushare.py)."""
+        share.acquire()
+        try:
+            governor.set_limit(share.threads(governor.cores))
+            yield from events
+        finally:
+            share.release()
 
     def draft_for(self, mode: str) -> LogitsModel | None:
         """The draft model a mode uses (its cache is prefilled with the prompt)."""
@@ -294,8 +311,10 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
         except BaseException:
             runtime.close()  # only what was loaded here: reused models stay with their owner
             raise
+    share = CpuShare()
     runtime.governor = thread_governor([target, draft], settings,
-                                       lambda: plain_step_reference(runtime, settings))
+                                       lambda: plain_step_reference(runtime, settings), share)
+    runtime.cpu_share = share if runtime.governor is not None else None
     return runtime
 
 
@@ -415,7 +434,8 @@ def plain_step_reference(runtime: Runtime, settings: LoadSettings) -> float:
 
 
 def thread_governor(models: Sequence[Any], settings: LoadSettings,
-                    reference: Callable[[], float]) -> ThreadGovernor | None:
+                    reference: Callable[[], float], share: CpuShare | None = None
+                    ) -> ThreadGovernor | None:
     """Fewer threads while other processes compete for the cores (engine/threads.py); not
     for GPU offload, nor when pinned to one thread, nor with SPECCHAT_FIXED_THREADS=1."""
     from specchat.llm.helpers import default_threads
@@ -429,7 +449,8 @@ def thread_governor(models: Sequence[Any], settings: LoadSettings,
 
     if settings.n_gpu_layers is None and gpu_offload_supported():
         return None
-    return ThreadGovernor(threads, setters, reference())
+    return ThreadGovernor(threads, setters, reference(),
+                          None if share is None else lambda: share.threads(threads))
 
 
 def measured_auto_state(runtime: Runtime, settings: LoadSettings,

@@ -16,7 +16,8 @@ def feed(g: ThreadGovernor, costs: dict[int, float], steps: int) -> None:
         g.observe(costs[g.threads], 1.0)
 
 
-CONTENDED = {2: 0.2, 1: 0.06}  # two spinning threads collapse; one thread does not
+CONTENDED = {2: 0.09, 1: 0.06}  # threads fight: three times the calibrated step
+COLLAPSED = {2: 1.5, 1: 0.06}  # two processes spinning on two cores: fifty times
 QUIET = {2: 0.031, 1: 0.055}
 
 
@@ -71,6 +72,33 @@ def test_a_failed_probe_goes_back_to_one_thread_and_waits_longer() -> None:
     assert calls == [1, 2, 1, 2]
     second_wait = until(g, CONTENDED, calls, 6) - WINDOW
     assert first_wait == 2 * PROBE_EVERY and second_wait == 4 * PROBE_EVERY
+
+
+def test_a_collapse_moves_to_one_thread_within_two_steps() -> None:
+    g, calls = governor()
+    feed(g, COLLAPSED, 1)
+    assert calls == []  # one slow step can be the scheduler's hiccup
+    feed(g, COLLAPSED, 1)
+    assert calls == [1] and g.probing  # a window of six would cost nine seconds here
+    feed(g, COLLAPSED, WINDOW)
+    assert g.threads == 1 and not g.probing
+
+
+def test_a_single_slow_step_on_a_quiet_machine_changes_nothing() -> None:
+    g, calls = governor()
+    for i in range(20 * WINDOW):
+        g.observe(1.5 if i % 7 == 3 else 0.031, 1.0)  # isolated hiccups, never two in a row
+    assert calls == []
+
+
+def test_a_probe_into_a_collapse_is_abandoned_at_its_first_step() -> None:
+    g, calls = governor()
+    until(g, COLLAPSED, calls, 2)  # settled on one thread, then probing all threads again
+    assert calls == [1, 2] and g.probing
+    feed(g, COLLAPSED, 1)
+    assert calls == [1, 2, 1] and not g.probing  # one step at 1.5 s, not a window of six
+    wait = until(g, COLLAPSED, calls, 4)
+    assert wait == 2 * PROBE_EVERY  # and the next probe waits twice as long
 
 
 def test_a_bad_reference_is_caught_by_the_periodic_check() -> None:

@@ -5,7 +5,10 @@ on two cores each wanting both, a thread that loses its core leaves the other sp
 the scheduler brings it back, and both processes collapse (docs/performance.md). One thread
 needs no barrier. So when steps run far slower than calibrated, the governor tries one thread
 for a few steps and keeps whichever count was faster; on one thread it tries all threads again
-now and then. Every switch is decided by the two counts' measured speeds, side by side.
+now and then. Every switch is decided by the two counts' measured speeds, side by side. A
+collapse (steps tens of times slower than calibrated) is acted on within two steps, and a probe
+of all threads that walks into one is abandoned after its first step: at a second or more per
+collapsed step, waiting for a window of six cost more than the whole answer.
 
 Steps of different batch sizes are compared through the cost table's shape: a batch of n
 counts as seconds / (cost(n) / cost(1)), "seconds per plain-step equivalent".
@@ -21,16 +24,29 @@ WINDOW = 6  # steps per judgement: one slow step is noise, six are a pattern
 PROBE_EVERY = 48  # steps on one thread before trying all threads again
 PROBE_MAX = 768  # a machine busy for long is probed less and less often
 CHECK_EVERY = 512  # steps on all threads before trying one anyway (the reference may be bad)
+# Two processes spinning on two cores make a step 20-50x slower than calibrated; a window of
+# six such steps costs seconds. So steps this far past the reference (two in a row) move to
+# one thread at once, and a probe of all threads is abandoned at its first step that is this
+# much slower than one thread was.
+COLLAPSE = 4.0
+PROBE_ABORT = 2.0
+SHARE_EVERY = 4  # steps between looks at how many specchat processes are decoding
 
 
 class ThreadGovernor:
     """Chooses between all threads and one, per step; kept across answers."""
 
     def __init__(self, max_threads: int, setters: Sequence[Callable[[int], None]],
-                 reference: float) -> None:
-        self.max_threads = max_threads
+                 reference: float, share: Callable[[], int] | None = None) -> None:
+        self.cores = max_threads  # what it was configured for
+        self.max_threads = max_threads  # "all threads" now: cores / specchat processes decoding
         self.setters = list(setters)
-        self.reference = reference  # seconds of a plain step on all threads, machine quiet
+        self.full_reference = reference  # seconds of a plain step on every core, machine quiet
+        self.reference = reference  # ... on max_threads
+        # How many threads this process's share of the cores is (other specchat processes
+        # decoding take theirs); asked again every SHARE_EVERY steps. None: no sharing.
+        self.share = share
+        self.since_share = 0
         self.threads = max_threads
         self.probing = False  # the current count is on trial against the other
         self.full_cost: float | None = None  # last window's median on all threads
@@ -42,10 +58,16 @@ class ThreadGovernor:
 
     def observe(self, seconds: float, ratio: float) -> None:
         """A verify call took `seconds`; `ratio` = cost(n) / cost(1) for its batch."""
+        self.since_share += 1
+        if self.share is not None and self.since_share >= SHARE_EVERY:
+            self.set_limit(self.share())
         if seconds <= 0 or ratio <= 0 or self.max_threads <= 1:
             return
         self.since_switch += 1
-        self.window.append(seconds / ratio)
+        cost = seconds / ratio
+        self.window.append(cost)
+        if self.threads == self.max_threads and self._collapsed(cost):
+            return
         if len(self.window) < WINDOW:
             return
         median = statistics.median(self.window)
@@ -54,6 +76,34 @@ class ThreadGovernor:
             self._judge_one(median)
         else:
             self._judge_full(median)
+
+    def set_limit(self, threads: int) -> None:
+        """Use at most `threads` from now on (another specchat process started or ended):
+        the counts are set at once, and the judging starts over from them."""
+        self.since_share = 0
+        threads = max(1, min(threads, self.cores))
+        if threads == self.max_threads:
+            return
+        self.max_threads = threads
+        self.reference = self.full_reference * self.cores / threads  # roughly: fewer cores
+        self.probing, self.full_cost, self.one_cost = False, None, None
+        self.probe_every = PROBE_EVERY
+        self._set(threads)
+
+    def _collapsed(self, cost: float) -> bool:
+        """On all threads: act on a collapse within a step or two instead of a window."""
+        if self.probing and self.one_cost is not None and cost > PROBE_ABORT * self.one_cost:
+            self.probing = False  # the probe failed at once: back to one thread
+            self.probe_every = min(self.probe_every * 2, PROBE_MAX)
+            self._set(1)
+            return True
+        slow = self.window[-2:]
+        if not self.probing and len(slow) == 2 and min(slow) > COLLAPSE * self.reference:
+            self.full_cost = min(slow)
+            self.probing = True
+            self._set(1)
+            return True
+        return False
 
     def _judge_full(self, median: float) -> None:
         self.full_cost = median

@@ -1,0 +1,52 @@
+"""What a verify batch of every size costs the target, as a multiple of one plain step.
+
+    python benchmarks/batchcost.py -m qwen2.5-coder-1.5b --depths 48,600,1500 --rounds 3
+
+For each thread count and context depth: `--rounds` rounds of specchat's own calibration
+measurement (the fastest of 3 evals of n tokens, all n logits rows, n = 1..17), and the
+median over rounds of each size's cost over a plain step's. `specchat bench --calibrate`
+takes one round; this shows how steady the shape is, whether it moves with depth and with
+one thread instead of all (what the thread governor switches to under contention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Sequence
+
+from specchat.calibration import measure
+from specchat.llm.helpers import default_threads
+from specchat.runtime import LoadSettings, open_runtime
+
+SIZES = tuple(range(1, 18))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-m", "--model", default="qwen2.5-coder-1.5b")
+    ap.add_argument("--depths", default="200")
+    ap.add_argument("--threads", default="", help="comma-separated counts (default: all, 1)")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args(argv)
+    settings = LoadSettings(model=args.model, draft="none", spec="off", n_ctx=4096)
+    with open_runtime(settings) as rt:
+        target = rt.target
+        counts = [int(t) for t in args.threads.split(",") if t] or [default_threads(), 1]
+        print("threads depth step_ms " + " ".join(f"{n:>5}" for n in SIZES))
+        for threads in dict.fromkeys(counts):
+            target.set_threads(threads)
+            for depth in (int(d) for d in args.depths.split(",")):
+                rounds = []
+                for _ in range(args.rounds):
+                    rounds.append(measure(target, SIZES, 3, depth=depth))
+                    target.truncate(0)
+                med = {n: statistics.median(r[n] for r in rounds) for n in SIZES}
+                print(f"{threads:>7} {depth:>5} {med[1] * 1000:7.1f} "
+                      + " ".join(f"{med[n] / med[1]:5.2f}" for n in SIZES), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

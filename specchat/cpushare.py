@@ -1,0 +1,118 @@
+"""How many specchat processes are decoding on this machine, so each takes its share of cores.
+
+Two processes that each run llama.cpp with every core collapse: its threads meet at a spinning
+barrier after every operation, and a thread that loses its core leaves the others spinning
+(steps 20-50x slower, docs/performance.md). The thread governor (engine/threads.py) finds that
+out from step times, but only after a slow step or two, and again at each probe. Processes of
+our own can simply say that they are decoding: each holds an exclusive lock on one slot file
+while an answer runs, and counts the slots others hold. The kernel drops the lock of a process
+that dies, so nothing goes stale. Everything here is best effort: a directory that cannot be
+used means no sharing, never a failed answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from specchat.paths import user_path
+from specchat.storage import make_dirs
+
+SLOTS = 32  # processes counted at most; more than this many decoding at once is not a plan
+T = TypeVar("T")
+
+
+def default_directory() -> Path:
+    return user_path("cache", "cpu")
+
+
+def machine_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class CpuShare:
+    """Slot files in one directory; `threads()` is this process's share while it decodes."""
+
+    def __init__(self, directory: Path | None = None, cores: int | None = None) -> None:
+        self.directory = directory or default_directory()
+        self.cores = cores or machine_cores()
+        self._held: tuple[int, int] | None = None  # (slot, fd) while an answer runs
+        self.broken = False
+
+    def active(self) -> int:
+        """Specchat processes decoding now, this one included when it holds a slot."""
+        own = self._held[0] if self._held else None
+        count = 0 if own is None else 1
+        for slot in range(SLOTS):
+            if slot != own and self._taken(slot):
+                count += 1
+        return count
+
+    def threads(self, wanted: int) -> int:
+        """At most `wanted`, and no more than an even split of the cores among the
+        specchat processes decoding now, this one counted whether or not it holds a slot."""
+        if self.broken:
+            return wanted
+        processes = self.active() + (0 if self._held else 1)
+        return max(1, min(wanted, self.cores // processes))
+
+    def hold(self, events: Iterator[T]) -> Generator[T, None, None]:
+        """Yield from `events` while holding a slot: counted as decoding meanwhile."""
+        self.acquire()
+        try:
+            yield from events
+        finally:
+            self.release()
+
+    def acquire(self) -> None:
+        if self.broken or self._held is not None:
+            return
+        try:
+            make_dirs(self.directory)
+            for slot in range(SLOTS):
+                fd = os.open(self._path(slot), os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                self._held = (slot, fd)
+                return
+        except OSError:
+            self.broken = True
+
+    def release(self) -> None:
+        if self._held is None:
+            return
+        _, fd = self._held
+        self._held = None
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+    def _taken(self, slot: int) -> bool:
+        """Whether another process holds this slot (a lock we can take is released at once)."""
+        try:
+            fd = os.open(self._path(slot), os.O_RDONLY)
+        except OSError:
+            return False  # never created: nobody has used it
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)  # closing drops a lock we just took
+        return False
+
+    def _path(self, slot: int) -> Path:
+        return self.directory / f"slot-{slot}.lock"
