@@ -41,7 +41,8 @@ from specchat.bench.runner import mode_order
 from specchat.engine.events import Chunk, drain
 from specchat.engine.options import GenerationOptions
 from specchat.errors import SpecchatError
-from specchat.runtime import LoadSettings, Runtime, measured_auto_state, open_runtime
+from specchat.runtime import LoadSettings, Runtime, open_runtime
+from specchat.tuning import measured_auto_state
 
 LCP_BASE = "lcp plain"
 SPECCHAT_BASE = "specchat off"

@@ -9,7 +9,11 @@ charges every verify batch of n tokens what the calibration table says it costs 
 noise, so policies can be compared on a busy machine; only the cost table is machine-specific.
 
     python benchmarks/replay.py collect OUT.json [FILE] --categories ... --limit N -n 128
-    python benchmarks/replay.py replay OUT.json [--ratios 1,1.72,...] [--draft-max 16]
+    python benchmarks/replay.py replay OUT.json [--ratios 1,1.72,...] [--modes ngram,auto,oracle]
+    python benchmarks/replay.py lookups OUT.json   # how often a lookup's first token holds
+
+`oracle` knows the answer: each step it drafts the part of the lookup continuation that will
+be accepted, at the length that pays best on the table (the ceiling for prompt lookup).
 """
 
 from __future__ import annotations
@@ -26,14 +30,16 @@ import numpy as np
 
 from specchat.bench import prompts as bp
 from specchat.engine.auto import AutoState
-from specchat.engine.cost import CostTable
+from specchat.engine.controller import FixedK
+from specchat.engine.cost import CostTable, match_bucket
+from specchat.engine.drafters import Draft, NgramIndex, PromptLookupDrafter
 from specchat.engine.events import Finished
-from specchat.engine.loop import generate
+from specchat.engine.loop import _Run, generate
 from specchat.engine.options import GenerationOptions
 
-# Qwen2.5-Coder-1.5B Q4_K_M on the 2-core VM, quiet (issue 13's calibration: batch of 2 =
-# 1.72 steps, 4 = 2.93, 5 = 3.59, 8 = 6.66, 17 = 9.40), linear in between.
-QUIET_RATIOS = "1,1.72,2.33,2.93,3.59,4.61,5.64,6.66,6.96,7.27,7.57,7.88,8.18,8.49,8.79,9.10,9.40"
+# Qwen2.5-Coder-1.5B Q4_K_M on a quiet 2-core VM (AMD EPYC, AVX2), 2 threads, every batch
+# size measured (python benchmarks/batchcost.py --depths 200 --rounds 3; docs/costs.md).
+QUIET_RATIOS = "1,1.73,2.33,2.77,3.27,3.98,4.58,6.19,6.54,6.90,7.40,8.47,8.55,9.03,9.22,7.76,10.27"
 
 
 def collect(args: argparse.Namespace) -> int:
@@ -100,6 +106,33 @@ class ReplayTarget:
         return b"x"
 
 
+class OracleLookup:
+    """Prompt lookup that knows the answer: drafts only what will be accepted, and only as
+    much as pays best on the cost table (possibly a longer, cheaper batch)."""
+
+    def __init__(self, answer: Sequence[int], n_prompt: int, table: CostTable) -> None:
+        self.lookup = PromptLookupDrafter(2, 5)
+        self.answer, self.n_prompt, self.table = answer, n_prompt, table
+
+    def prepare(self, context: Sequence[int]) -> None:
+        self.lookup.prepare(context)
+
+    def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
+        avail = self.lookup.propose(context, k, rng).tokens
+        truth = self.answer[len(context) - self.n_prompt:]
+        right = next((i for i, (a, t) in enumerate(zip(avail, truth)) if a != t),
+                     min(len(avail), len(truth)))
+        best = max(range(len(avail) + 1),
+                   key=lambda n: (min(n, right) + 1) / self.table.cost(n + 1))
+        return Draft(tuple(avail[:best]), None)
+
+    def rollback(self, context: Sequence[int]) -> None:
+        return None
+
+    def reset(self, context: Sequence[int]) -> None:
+        return None
+
+
 def replay_one(item: dict[str, Any], spec: str, table: CostTable, state: AutoState | None,
                draft_max: int) -> tuple[int, float, int]:
     ids = sorted(set(item["prompt"]) | set(item["answer"]))
@@ -108,17 +141,23 @@ def replay_one(item: dict[str, Any], spec: str, table: CostTable, state: AutoSta
     answer = [remap[t] for t in item["answer"]]
     now = [0.0]
     target = ReplayTarget(prompt, answer, len(ids) + 1, table, now)
-    options = GenerationOptions(max_tokens=len(answer), spec=spec, draft_max=draft_max)
-    *_, fin = generate(target, prompt, options, clock=lambda: now[0], auto=state)
+    options = GenerationOptions(max_tokens=len(answer), spec="ngram" if spec == "oracle"
+                                else spec, draft_max=draft_max)
+    if spec == "oracle":
+        run = _Run(target, list(prompt), options, OracleLookup(answer, len(prompt), table),
+                   FixedK(draft_max), target.token_bytes, lambda: now[0])
+        *_, fin = run.events()
+    else:
+        *_, fin = generate(target, prompt, options, clock=lambda: now[0], auto=state)
     assert isinstance(fin, Finished) and list(fin.tokens) == answer, "replay is not exact"
     return len(answer), fin.stats.decode_seconds, fin.stats.steps
 
 
 def replay(args: argparse.Namespace) -> int:
-    items = json.loads(Path(args.data).read_text())
     ratios = [float(r) for r in (args.ratios or QUIET_RATIOS).split(",")]
     table = CostTable.from_ratios(1.0, ratios)
     by_cat: dict[str, dict[str, list[float]]] = {}
+    items = [i for f in args.data.split(",") for i in json.loads(Path(f).read_text())]
     for spec in args.modes.split(","):
         state = AutoState(target_costs=CostTable(list(table.seconds))) if spec == "auto" else None
         for item in items:
@@ -133,6 +172,31 @@ def replay(args: argparse.Namespace) -> int:
     for cat, modes in by_cat.items():
         cells = "  ".join(f"{m} {p / s:.3f}x" for m, (p, s) in modes.items())
         print(f"{cat:16} {cells}")
+    return 0
+
+
+def lookups(args: argparse.Namespace) -> int:
+    """At every answer position with a lookup match: does the first proposed token hold, by
+    match length and by whether the n-gram was seen with different continuations before."""
+    tally: dict[tuple[int, bool], list[int]] = {}
+    for item in (i for f in args.data.split(",") for i in json.loads(Path(f).read_text())):
+        index = NgramIndex(2, 5)
+        index.extend(item["prompt"])
+        for token in item["answer"]:
+            n, start = index.match()
+            if n:
+                length = n
+                toks = index.tokens
+                while start - length - 1 >= 0 and toks[start - length - 1] == toks[-length - 1]:
+                    length += 1
+                cell = tally.setdefault((match_bucket(length), index.ambiguous(n)), [0, 0])
+                cell[0] += 1
+                cell[1] += toks[start] == token
+            index.append(token)
+    print("match bucket  n-gram      lookups  first token right")
+    for (bucket, ambiguous), (count, right) in sorted(tally.items()):
+        kind = "ambiguous" if ambiguous else "one-way"
+        print(f"{bucket:12}  {kind:10} {count:8}  {right / count:6.0%}")
     return 0
 
 
@@ -154,8 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--draft-max", type=int, default=16)
     r.add_argument("--fresh", action="store_true", help="a new auto state per prompt (as "
                    "one `ask` per prompt) instead of one kept across prompts (chat, bench)")
+    lk = sub.add_parser("lookups")
+    lk.add_argument("data")
     args = ap.parse_args(argv)
-    return collect(args) if args.cmd == "collect" else replay(args)
+    return {"collect": collect, "replay": replay, "lookups": lookups}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -7,12 +7,11 @@ The one place where presets, the llama.cpp layer and the engine meet, shared by 
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import Any, Protocol, Self
 
 from specchat.cpushare import CpuShare
 from specchat.engine.auto import AutoState
@@ -25,9 +24,13 @@ from specchat.engine.threads import ThreadGovernor
 from specchat.errors import SpecchatError, UsageError
 from specchat.llm.gpufit import FitPlan
 from specchat.promptcache import PromptCache, StatefulModel
-
-if TYPE_CHECKING:
-    from specchat.calibration import CalibrationCache
+from specchat.tuning import (
+    cached_flash_attn,
+    gpu_key,
+    measured_auto_state,
+    plain_step_reference,
+    thread_governor,
+)
 
 Message = dict[str, str]
 
@@ -275,7 +278,7 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
 
     target = load(target_path, settings.n_ctx, layers[0],
                   cached_flash_attn(target_path, settings,
-                                    _gpu_key(layers, fit)))
+                                    gpu_key(layers, fit)))
     draft = None
     try:
         if draft_path is not None:
@@ -292,7 +295,7 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
         draft_name=draft_spec, draft_path=str(draft_path) if draft_path else None,
         template_note=template.note, template_is_fallback=template.is_fallback,
         gpu=fit.summary() if fit is not None else "",
-        gpu_layers=_gpu_key(layers, fit),
+        gpu_layers=gpu_key(layers, fit),
     )
     if template.is_fallback and not settings.quiet:
         print(f"specchat: note: {template.note}", file=sys.stderr)
@@ -414,131 +417,3 @@ def describe_gpu_fit(model: str | None = None, n_ctx: int = 4096) -> str:
     if fit is None:
         return "every layer: the GPU backend reports no free memory to size against"
     return f"{spec} at --ctx {n_ctx}: {fit.shortfall() or fit.summary()}"
-
-
-def plain_step_reference(runtime: Runtime, settings: LoadSettings) -> float:
-    """Seconds of a plain step on a quiet machine: from the calibration `auto` loaded, else
-    the cached one, else the fastest of three single-token evals now (~0.1 s, not cached)."""
-    from specchat.calibration import machine_key, measure
-
-    if not runtime.speculation_allowed:
-        return float("inf")  # a recurrent cache cannot be measured and put back
-    if settings.spec == "auto":
-        return runtime.auto.target_costs.cost(1)
-    cache, knobs = _calibration_cache(settings, runtime.info.gpu_layers)
-    knobs["flash_attn"] = getattr(runtime.target, "flash_attn", None)  # as auto keys it
-    table = cache.load(machine_key(Path(runtime.info.target_path), knobs))
-    if table is not None:
-        return table.cost(1)
-    return measure(runtime.target, sizes=(1,), repeats=3)[1]
-
-
-def thread_governor(models: Sequence[Any], settings: LoadSettings,
-                    reference: Callable[[], float], share: CpuShare | None = None
-                    ) -> ThreadGovernor | None:
-    """Fewer threads while other processes compete for the cores (engine/threads.py); not
-    for GPU offload, nor when pinned to one thread, nor with SPECCHAT_FIXED_THREADS=1."""
-    from specchat.llm.helpers import default_threads
-
-    threads = settings.threads or default_threads()
-    setters = [m.set_threads for m in models if m is not None and hasattr(m, "set_threads")]
-    if threads <= 1 or not setters or settings.n_gpu_layers not in (None, 0) or \
-            os.environ.get("SPECCHAT_FIXED_THREADS") == "1":
-        return None
-    from specchat.llm import gpu_offload_supported
-
-    if settings.n_gpu_layers is None and gpu_offload_supported():
-        return None
-    return ThreadGovernor(threads, setters, reference(),
-                          None if share is None else lambda: share.threads(threads))
-
-
-def measured_auto_state(runtime: Runtime, settings: LoadSettings,
-                        force: bool = False) -> AutoState:
-    """Cost tables for `auto`: from the calibration cache, else measured now (once)."""
-    from specchat.calibration import (
-        DRAFT_SIZES,
-        TARGET_SIZES,
-        cost_table,
-        machine_key,
-        save_if_drifted,
-    )
-
-    cache, knobs = _calibration_cache(settings, runtime.info.gpu_layers)
-    target_path = Path(runtime.info.target_path)
-    if force or getattr(runtime.target, "flash_attn", False) is None:
-        _choose_flash_attn(runtime, target_path, settings, cache)
-    knobs = {**knobs, "flash_attn": getattr(runtime.target, "flash_attn", None)}
-
-    def announce(name: str) -> None:
-        if not settings.quiet:
-            print(f"specchat: measuring what {name} costs on this machine (once; cached)",
-                  file=sys.stderr)
-
-    target = cost_table(runtime.target, target_path, TARGET_SIZES, knobs,
-                        cache, force=force, announce=announce)
-    # Costs that drifted more than 20% from the cached ones during this session are kept.
-    runtime.closers.insert(0, lambda: save_if_drifted(target, target_path, knobs, cache))
-    draft = None
-    if runtime.draft is not None:
-        draft = cost_table(runtime.draft, Path(runtime.info.draft_path or ""), DRAFT_SIZES,
-                           knobs, cache, force=force, announce=announce)
-    state = AutoState(target_costs=target, draft_costs=draft)
-    # What acceptance this model pair showed before: one-shot asks start from it, not from
-    # the priors (docs/performance.md); written back when the runtime closes.
-    learnt = "acceptance-" + machine_key(target_path, {"draft": runtime.info.draft_path})
-    state.import_acceptance(cache.load_entry(learnt))
-    runtime.closers.insert(0, lambda: _save_quietly(cache, learnt, state.export_acceptance()))
-    return state
-
-
-def _gpu_key(layers: tuple[int, int], fit: FitPlan | None) -> str:
-    """The layer counts auto chose ("TARGET/DRAFT"), "" when the user's number or the CPU."""
-    return f"{layers[0]}/{layers[1]}" if fit is not None else ""
-
-
-def cached_flash_attn(target_path: Path, settings: LoadSettings, gpu: str = "") -> bool | None:
-    """Flash attention as measured best for this file here (None: not measured yet)."""
-    from specchat.calibration import machine_key
-
-    cache, knobs = _calibration_cache(settings, gpu)
-    entry = cache.load_entry("flash-attn-" + machine_key(target_path, knobs))
-    choice = entry.get("flash_attn") if isinstance(entry, dict) else None
-    return choice if isinstance(choice, bool) else None
-
-
-def _choose_flash_attn(runtime: Runtime, target_path: Path, settings: LoadSettings,
-                       cache: CalibrationCache) -> None:
-    """Measure flash attention on and off (once per file and machine) and keep the winner."""
-    from specchat.calibration import choose_flash_attn, machine_key
-
-    if not hasattr(runtime.target, "set_flash_attn"):
-        return
-    if not settings.quiet:
-        print("specchat: measuring flash attention on and off here (once; cached)",
-              file=sys.stderr)
-    _, knobs = _calibration_cache(settings, runtime.info.gpu_layers)
-    result = choose_flash_attn(runtime.target)
-    _save_quietly(cache, "flash-attn-" + machine_key(target_path, knobs), result)
-
-
-def _save_quietly(cache: CalibrationCache, key: str, value: object) -> None:
-    """Learnt state is worth keeping, not worth failing an answer over."""
-    from specchat.storage import StorageError
-
-    try:
-        cache.save_entry(key, value)
-    except StorageError:
-        pass
-
-
-def _calibration_cache(settings: LoadSettings, gpu: str = ""
-                       ) -> tuple[CalibrationCache, dict[str, object]]:
-    """The calibration file and the load settings that key its tables (`gpu`: the layer
-    counts auto chose; costs measured with other counts differ)."""
-    from specchat.calibration import CalibrationCache
-    from specchat.models import cache_dir
-
-    knobs: dict[str, object] = {"n_gpu_layers": gpu or settings.n_gpu_layers,
-                                "threads": settings.threads, "version": 2}
-    return CalibrationCache(cache_dir().parent / "calibration.json"), knobs

@@ -166,8 +166,12 @@ def test_truncate_then_reevaluate_gives_the_same_logits(smol: backend.LlamaModel
 
 @real
 def test_truncate_gemma_sliding_window_model(gemma: backend.LlamaModel) -> None:
+    # Compared with the same batch split (5, then the rest) evaluated fresh: a whole-prompt
+    # batch rounds differently on some CPUs (up to a logit on an AMD EPYC with AVX2), which
+    # says nothing about whether the sliding-window cache was cut back correctly.
     tokens = gemma.tokenize(PROMPT, add_special=True)
-    first = gemma.eval(tokens, [-1])
+    gemma.eval(tokens[:5], [])
+    first = gemma.eval(tokens[5:], [-1])
     gemma.truncate(5)
     gemma.eval(gemma.tokenize(" zebra zebra zebra"), [])
     gemma.truncate(5)

@@ -44,7 +44,8 @@ from specchat.errors import EXIT_INTERRUPTED, ModelError, SpecchatError, UsageEr
 from specchat.optflags import with_options
 from specchat.options import MODEL, group
 from specchat.promptcache import PromptCache
-from specchat.runtime import LoadSettings, Runtime, measured_auto_state, open_runtime
+from specchat.runtime import LoadSettings, Runtime, open_runtime
+from specchat.tuning import measured_auto_state
 
 DEFAULT_MODES = ("auto", "ngram", "draft")
 DEFAULT_MAX_TOKENS = 128

@@ -1,6 +1,6 @@
 """The small interface the engine needs from a model.
 
-specchat/llm/backend.py implements it on llama.cpp; tests implement it with exact numpy
+specchat/llm/backend/ implements it on llama.cpp; tests implement it with exact numpy
 distributions (tests/fakes.py). Everything the engine knows about a model goes through here.
 """
 

@@ -1,6 +1,6 @@
 """The llama.cpp model layer.
 
-backend.py is the only module in specchat that imports llama_cpp; template.py, vocab.py and
+backend/ is the only package in specchat that imports llama_cpp; template.py, vocab.py and
 text.py are pure so they can be used and tested without it. Importing this package does not
 load llama.cpp: the backend names below are resolved on first use.
 """

@@ -1,6 +1,6 @@
 """Pure pieces of the llama.cpp backend: row bookkeeping, batch planning, file checks.
 
-Split out of backend.py so they can be tested without llama.cpp and so backend.py holds
+Split out of the backend package so they can be tested without llama.cpp and so it holds
 only what must touch the C API.
 """
 

@@ -1,4 +1,5 @@
-"""The only module in specchat that imports llama_cpp: a GGUF model with one KV cache.
+"""A GGUF model with one KV cache (part of the backend package, the only place that
+imports llama_cpp).
 
 Written against the low-level ctypes API of llama-cpp-python 0.3.x, not its high-level
 `Llama` class, because speculative verification needs logits for a few chosen rows of a batch
@@ -8,8 +9,6 @@ and `Llama` either keeps one row or allocates n_ctx x n_vocab floats for all of 
 from __future__ import annotations
 
 import ctypes
-import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -19,49 +18,29 @@ import numpy as np
 
 from specchat.engine.protocol import ContextFullError
 from specchat.errors import ModelError, UsageError
-from specchat.llm.gpufit import Device, ModelShape, shape_from_metadata
+from specchat.llm.backend.lib import (
+    ABORT,
+    ABORT_CALLBACK,
+    ABORTABLE_BATCH,
+    LOG,
+    NO_ABORT,
+    eog_tokens,
+    gpu_offload_supported,
+    model_vocab_info,
+    open_model,
+    read_metadata,
+)
 from specchat.llm.helpers import (
-    VOCAB_TYPES,
-    AbortFlag,
-    LogSink,
-    check_gguf_file,
     chunk_spans,
     default_threads,
-    ggml_gpu_memory,
-    ggml_registry,
-    gguf_parts,
     log_reason,
     normalize_rows,
     read_negative_size,
-    read_snprintf,
     read_tokens,
     rows_in_span,
     token_or_none,
 )
 from specchat.llm.vocab import VocabInfo
-
-# --- llama.cpp's log --------------------------------------------------------------------------
-# llama.cpp logs from C straight to stderr, and llama-cpp-python's own callback prints
-# everything unless its logger is configured; ours is quiet unless verbose. The callback
-# object must stay referenced for as long as the library may call it: forever.
-_LOG = LogSink()
-_LOG_CALLBACK = llama_cpp.llama_log_callback(_LOG)
-llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
-llama_cpp.llama_backend_init()
-
-# Ctrl-C inside a long llama_decode aborts the batch at once instead of after seconds of
-# prompt processing (helpers.AbortFlag says how). Installed only for big batches
-# (ABORTABLE_BATCH): a Python call per graph node would slow every decode step.
-_ABORT = AbortFlag()
-_ABORT_CALLBACK = llama_cpp.ggml_abort_callback(_ABORT)
-_NO_ABORT = llama_cpp.ggml_abort_callback(0)
-ABORTABLE_BATCH = 32
-
-
-# --- loading ------------------------------------------------------------------------------------
-def gpu_offload_supported() -> bool:
-    """True when this llama.cpp build has a GPU backend and it found a device."""
-    return bool(llama_cpp.llama_supports_gpu_offload())
 
 
 def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None = None,
@@ -75,12 +54,12 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
     Raises ModelError (one line) for a missing file, a non-GGUF file or a failed load.
     """
     path = Path(path)
-    _LOG.verbose = verbose  # process-wide: llama.cpp has one log callback
+    LOG.verbose = verbose  # process-wide: llama.cpp has one log callback
     params = llama_cpp.llama_model_default_params()
     if n_gpu_layers is None:
         n_gpu_layers = -1 if gpu_offload_supported() else 0
     params.n_gpu_layers = n_gpu_layers  # negative: all layers
-    model = _open_model(path, params, f"llama.cpp could not load {path}")
+    model = open_model(path, params, f"llama.cpp could not load {path}")
     try:
         n_ctx = _checked_ctx(n_ctx, int(llama_cpp.llama_model_n_ctx_train(model)), path)
         ctx = _new_context(model, n_ctx, n_batch, n_threads or default_threads(), flash_attn)
@@ -101,103 +80,6 @@ def _checked_ctx(n_ctx: int, trained: int, path: Path) -> int:
     return n_ctx
 
 
-def read_model_shape(path: Path | str) -> ModelShape:
-    """Layer count, trained context and KV widths from the metadata, no weights loaded; the
-    file size counts every part of a split file (for gpufit)."""
-    path = Path(path)
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    model = _open_model(path, params, f"llama.cpp could not read {path}")
-    try:
-        # Metadata only: with vocab_only, llama.cpp's per-layer getters abort (no layers).
-        meta = _read_metadata(model)
-        n_vocab = int(llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model)))
-    finally:
-        llama_cpp.llama_model_free(model)
-    return shape_from_metadata(path.name, meta, n_vocab,
-                               sum(p.stat().st_size for p in gguf_parts(path)))
-
-
-def gpu_devices() -> list[Device]:
-    """Devices that can hold offloaded layers, with the free memory their backend reports."""
-    try:
-        from llama_cpp._ggml import libggml
-    except (ImportError, OSError):
-        return []
-    return [Device(name, free, total) for name, free, total in ggml_gpu_memory(libggml)]
-
-
-def _open_model(path: Path, params: Any, failure: str) -> Any:
-    """llama_model_load_from_file with specchat's checks; ModelError(failure: why) if not."""
-    check_gguf_file(path)
-    _LOG.errors.clear()
-    # Ctrl-C aborts the load at once through its progress callback (exit 130 upstream),
-    # instead of being swallowed by a ctypes callback with a traceback.
-    keep_going = llama_cpp.llama_progress_callback(lambda _p, _d: not _ABORT.interrupted)
-    params.progress_callback = keep_going  # referenced until the call returns
-    with _ABORT.armed():
-        model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-        if model and (_ABORT.interrupted or _LOG.interrupted):
-            llama_cpp.llama_model_free(model)
-            model = None
-    _ABORT.raise_pending_interrupt()
-    _LOG.raise_pending_interrupt()
-    if not model:
-        raise ModelError(f"{failure}: {log_reason(_LOG.errors)}")
-    return model
-
-
-def read_vocab_info(path: Path | str) -> VocabInfo:
-    """The vocabulary of a GGUF file without its weights (vocab_only: ~0.2 s for 150k ids),
-    to tell which models can draft for which without loading them."""
-    path = Path(path)
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    model = _open_model(path, params, f"llama.cpp could not read the vocabulary of {path}")
-    try:
-        return _vocab_info(model, path.name, _read_metadata(model))
-    finally:
-        llama_cpp.llama_model_free(model)
-
-
-def _read_metadata(model: Any) -> dict[str, str]:
-    """GGUF key/value metadata (scalars as strings; arrays are not exposed by llama.cpp)."""
-    def read(getter: Any, index: int) -> str:
-        raw = read_snprintf(lambda buf, size: int(getter(model, index, buf, size)))
-        return raw.decode("utf-8", errors="replace")
-
-    return {read(llama_cpp.llama_model_meta_key_by_index, i):
-            read(llama_cpp.llama_model_meta_val_str_by_index, i)
-            for i in range(llama_cpp.llama_model_meta_count(model))}
-
-
-def _eog_tokens(vocab: Any) -> frozenset[int]:
-    is_eog = llama_cpp.llama_vocab_is_eog
-    return frozenset(t for t in range(llama_cpp.llama_vocab_n_tokens(vocab)) if is_eog(vocab, t))
-
-
-def _vocab_info(model: Any, name: str, metadata: dict[str, str],
-                eog: frozenset[int] | None = None) -> VocabInfo:
-    """What vocab.check_compatible compares (reads every token's text and kind: ~0.2 s)."""
-    v = llama_cpp.llama_model_get_vocab(model)
-    n = int(llama_cpp.llama_vocab_n_tokens(v))
-    specials = {key: token_or_none(getattr(llama_cpp, f"llama_vocab_{key}")(v))
-                for key in ("bos", "eos", "eot", "sep", "nl", "pad")}
-    get_text, get_attr = llama_cpp.llama_vocab_get_text, llama_cpp.llama_vocab_get_attr
-    return VocabInfo(
-        name=name,
-        vocab_type=VOCAB_TYPES.get(int(llama_cpp.llama_vocab_type(v)), "unknown"),
-        pre=metadata.get("tokenizer.ggml.pre", ""),
-        n_tokens=n,
-        specials=specials,
-        add_bos=bool(llama_cpp.llama_vocab_get_add_bos(v)),
-        add_eos=bool(llama_cpp.llama_vocab_get_add_eos(v)),
-        eog=_eog_tokens(v) if eog is None else eog,
-        texts=[get_text(v, t) or b"" for t in range(n)],
-        types=np.fromiter((get_attr(v, t) for t in range(n)), dtype=np.int32, count=n),
-    )
-
-
 def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
                  flash_attn: bool | None = None) -> Any:
     params = llama_cpp.llama_context_default_params()
@@ -213,16 +95,16 @@ def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
         # Sliding-window models (Gemma 3) must keep every position, or a rollback could need
         # cells the window already dropped.
         params.swa_full = True
-    with _ABORT.armed():
+    with ABORT.armed():
         ctx = llama_cpp.llama_init_from_model(model, params)
-        if ctx and (_ABORT.interrupted or _LOG.interrupted):
+        if ctx and (ABORT.interrupted or LOG.interrupted):
             llama_cpp.llama_free(ctx)
             ctx = None
-    _ABORT.raise_pending_interrupt()
-    _LOG.raise_pending_interrupt()
+    ABORT.raise_pending_interrupt()
+    LOG.raise_pending_interrupt()
     if not ctx:
         raise ModelError(f"llama.cpp could not create a {n_ctx}-token context: "
-                         f"{log_reason(_LOG.errors)}")
+                         f"{log_reason(LOG.errors)}")
     return ctx
 
 
@@ -275,7 +157,7 @@ class LlamaModel:
     @property
     def eog_tokens(self) -> frozenset[int]:
         if self._eog is None:
-            self._eog = _eog_tokens(self._vocab)
+            self._eog = eog_tokens(self._vocab)
         return self._eog
 
     def eval(self, tokens: Sequence[int], logit_rows: Sequence[int]) -> np.ndarray:
@@ -297,10 +179,10 @@ class LlamaModel:
         ids = np.asarray(tokens, dtype=np.int64)
         if ids.min() < 0 or ids.max() >= self._n_vocab:
             raise ValueError(f"token ids must be in [0, {self._n_vocab}) for {self.path.name}")
-        with _ABORT.armed() as abortable:
+        with ABORT.armed() as abortable:
             abortable = abortable and n >= ABORTABLE_BATCH
             if abortable:
-                llama_cpp.llama_set_abort_callback(self._ctx, _ABORT_CALLBACK, None)
+                llama_cpp.llama_set_abort_callback(self._ctx, ABORT_CALLBACK, None)
             try:
                 for lo, hi in chunk_spans(n, self._n_batch):
                     self._decode_chunk(ids[lo:hi], start + lo, rows_in_span(rows, lo, hi), out)
@@ -309,8 +191,8 @@ class LlamaModel:
                 raise
             finally:
                 if abortable:
-                    llama_cpp.llama_set_abort_callback(self._ctx, _NO_ABORT, None)
-        _ABORT.raise_pending_interrupt()  # Ctrl-C after the last node: the batch is whole
+                    llama_cpp.llama_set_abort_callback(self._ctx, NO_ABORT, None)
+        ABORT.raise_pending_interrupt()  # Ctrl-C after the last node: the batch is whole
         return out
 
     def _decode_chunk(self, ids: np.ndarray, pos: int, wanted: list[tuple[int, int]],
@@ -322,13 +204,13 @@ class LlamaModel:
         for _, i in wanted:
             self._want_out[i] = 1
         self._batch.n_tokens = m
-        _LOG.errors.clear()
+        LOG.errors.clear()
         rc = llama_cpp.llama_decode(self._ctx, self._batch)
-        _LOG.raise_pending_interrupt()  # the except in eval() drops this chunk again
-        _ABORT.raise_pending_interrupt()
+        LOG.raise_pending_interrupt()  # the except in eval() drops this chunk again
+        ABORT.raise_pending_interrupt()
         if rc != 0:
             raise ModelError(f"llama_decode failed (code {rc}) at position {pos}: "
-                             f"{log_reason(_LOG.errors)}")
+                             f"{log_reason(LOG.errors)}")
         self._tokens.extend(ids.tolist())
         for k, i in wanted:
             row = llama_cpp.llama_get_logits_ith(self._ctx, i)
@@ -444,7 +326,7 @@ class LlamaModel:
     def metadata(self) -> dict[str, str]:
         """GGUF key/value metadata (scalars as strings; arrays are not exposed by llama.cpp)."""
         if self._metadata is None:
-            self._metadata = _read_metadata(self._model)
+            self._metadata = read_metadata(self._model)
         return self._metadata
 
     @property
@@ -477,7 +359,7 @@ class LlamaModel:
 
     def vocab_info(self) -> VocabInfo:
         """What vocab.check_compatible compares (reads every token's text and kind: ~0.2 s)."""
-        return _vocab_info(self._model, self.path.name, self.metadata, self.eog_tokens)
+        return model_vocab_info(self._model, self.path.name, self.metadata, self.eog_tokens)
 
     # --- lifetime --------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -504,70 +386,3 @@ class LlamaModel:
             self.close()
         except Exception:  # noqa: BLE001, S110 - at interpreter exit llama_cpp may be gone
             pass
-
-
-def plain_chat_llama(path: Path | str, *, n_ctx: int, n_threads: int,
-                     n_gpu_layers: int | None = None) -> Any:
-    """llama-cpp-python's own high-level `Llama` on the same file, its defaults otherwise:
-    the plain decoder `specchat bench` times itself against (the caller closes it).
-    Layers are offloaded as load_model would, so both run on the same device."""
-    check_gguf_file(Path(path))
-    if n_gpu_layers is None:
-        n_gpu_layers = -1 if gpu_offload_supported() else 0
-    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads,
-                           n_threads_batch=n_threads, n_gpu_layers=n_gpu_layers, verbose=False)
-
-
-# --- tools: requantize, system info -------------------------------------------------------------
-def requantize(src: Path | str, dst: Path | str, ftype_name: str,
-               n_threads: int | None = None) -> Path:
-    """Write a copy of `src` quantized to `ftype_name` (e.g. "Q8_0", "Q2_K") at `dst`.
-
-    Same vocabulary, slightly different weights: a real draft that disagrees sometimes.
-    Written to a .part file first so a failure never leaves a file that looks complete.
-    """
-    src, dst = Path(src), Path(dst)
-    check_gguf_file(src)
-    ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype_name.upper()}", None)
-    if ftype is None:
-        known = sorted(k.removeprefix("LLAMA_FTYPE_MOSTLY_") for k in dir(llama_cpp)
-                       if k.startswith("LLAMA_FTYPE_MOSTLY_"))
-        raise UsageError(f"unknown quantization type {ftype_name!r}; known: {', '.join(known)}")
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = ftype
-    params.allow_requantize = True
-    params.nthread = n_threads or default_threads()
-    part = dst.with_name(dst.name + ".part")
-    _LOG.errors.clear()
-    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(part).encode(),
-                                        ctypes.byref(params))
-    if rc != 0:
-        part.unlink(missing_ok=True)
-        raise ModelError(f"requantizing {src.name} to {ftype_name} failed: "
-                         f"{log_reason(_LOG.errors)}")
-    os.replace(part, dst)
-    return dst
-
-
-def system_info() -> dict[str, str]:
-    """Versions, the llama.cpp build and what it can offload to (for `specchat doctor`)."""
-    backends, devices = _ggml_backends()
-    gpu_names = [b for b in backends if b not in ("CPU", "BLAS", "RPC")]
-    return {
-        "python": sys.version.split()[0],
-        "llama-cpp-python": str(getattr(llama_cpp, "__version__", "unknown")),
-        "llama.cpp system info": llama_cpp.llama_print_system_info().decode().strip(" |"),
-        "backends": ", ".join(backends) or "unknown",
-        "backend": gpu_names[0] if gpu_names else "CPU",
-        "devices": "; ".join(devices) or "none",
-        "gpu offload": "yes" if gpu_offload_supported() else "no",
-    }
-
-
-def _ggml_backends() -> tuple[list[str], list[str]]:
-    """Names of the compiled-in ggml backends and of the devices they found."""
-    try:
-        from llama_cpp._ggml import libggml
-    except (ImportError, OSError):
-        return [], []
-    return ggml_registry(libggml)
