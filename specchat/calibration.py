@@ -46,15 +46,16 @@ def measure(model: LogitsModel, sizes: tuple[int, ...] = SIZES, repeats: int = 3
         base = len(model.tokens)
         model.eval(filler[depth:depth + 4], [0, 1, 2, 3])  # warm-up: first calls allocate
         model.truncate(base)
-        out: dict[int, float] = {}
-        for n in sizes:
-            best = float("inf")
-            for _ in range(repeats):
+        # Rounds over every size rather than repeats of one size in a row: a few slow
+        # seconds on a shared machine then spoil one round of each size, not every try of
+        # the sizes that happened to run then.
+        out = {n: float("inf") for n in sizes}
+        for _ in range(repeats):
+            for n in sizes:
                 start = clock()
                 model.eval(filler[depth:depth + n], list(range(n)))
-                best = min(best, clock() - start)
+                out[n] = min(out[n], clock() - start)
                 model.truncate(base)
-            out[n] = best
         return out
     finally:
         model.truncate(keep)
