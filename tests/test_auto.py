@@ -331,3 +331,4 @@ def test_an_ambiguous_match_has_its_own_low_prior_and_estimates() -> None:
     assert policy._key is None or policy._key[1] == AMBIGUOUS
     assert policy.state.last.drafter is None  # a weak prior: not worth a draft here
     assert policy._shadows and policy._shadows[-1][0][1] == AMBIGUOUS
+    assert "ngram/ambiguous-ngram/first" in policy.state.explain()["acceptance_estimates"]

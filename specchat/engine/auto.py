@@ -165,7 +165,8 @@ def _key_name(key: Hashable) -> str:
         return str(key)
     last = {NO_DRAFT_YET: "first", LAST_FULL: "after-full", LAST_FAILED: "after-miss"}[key[-1]]
     if key[0] == "ngram":
-        return f"ngram/match-bucket-{key[1]}/{last}"
+        kind = "ambiguous-ngram" if key[1] == AMBIGUOUS else f"match-bucket-{key[1]}"
+        return f"ngram/{kind}/{last}"
     return f"{key[0]}/{last}"
 
 
