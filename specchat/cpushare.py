@@ -15,15 +15,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import TypeVar
 
 from specchat.paths import user_path
 from specchat.storage import make_dirs
 
 SLOTS = 32  # processes counted at most; more than this many decoding at once is not a plan
-T = TypeVar("T")
 
 
 def default_directory() -> Path:
@@ -62,14 +59,6 @@ class CpuShare:
             return wanted
         processes = self.active() + (0 if self._held else 1)
         return max(1, min(wanted, self.cores // processes))
-
-    def hold(self, events: Iterator[T]) -> Generator[T, None, None]:
-        """Yield from `events` while holding a slot: counted as decoding meanwhile."""
-        self.acquire()
-        try:
-            yield from events
-        finally:
-            self.release()
 
     def acquire(self) -> None:
         if self.broken or self._held is not None:

@@ -6,6 +6,7 @@ imports llama_cpp (this module, model.py and files.py).
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,19 @@ def gpu_offload_supported() -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
 
+def create_interruptibly(create: Callable[[], Any], free: Callable[[Any], None]) -> Any:
+    """A llama.cpp object from `create` (a model, a context), or None when it failed. Ctrl-C
+    during the call frees whatever was made and raises KeyboardInterrupt here, once."""
+    with ABORT.armed():
+        made = create()
+        if made and (ABORT.interrupted or LOG.interrupted):
+            free(made)
+            made = None
+    ABORT.raise_pending_interrupt()
+    LOG.raise_pending_interrupt()
+    return made
+
+
 def open_model(path: Path, params: Any, failure: str) -> Any:
     """llama_model_load_from_file with specchat's checks; ModelError(failure: why) if not."""
     check_gguf_file(path)
@@ -56,13 +70,9 @@ def open_model(path: Path, params: Any, failure: str) -> Any:
     # instead of being swallowed by a ctypes callback with a traceback.
     keep_going = llama_cpp.llama_progress_callback(lambda _p, _d: not ABORT.interrupted)
     params.progress_callback = keep_going  # referenced until the call returns
-    with ABORT.armed():
-        model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-        if model and (ABORT.interrupted or LOG.interrupted):
-            llama_cpp.llama_model_free(model)
-            model = None
-    ABORT.raise_pending_interrupt()
-    LOG.raise_pending_interrupt()
+    model = create_interruptibly(
+        lambda: llama_cpp.llama_model_load_from_file(str(path).encode(), params),
+        llama_cpp.llama_model_free)
     if not model:
         raise ModelError(f"{failure}: {log_reason(LOG.errors)}")
     return model

@@ -24,6 +24,7 @@ from specchat.llm.backend.lib import (
     ABORTABLE_BATCH,
     LOG,
     NO_ABORT,
+    create_interruptibly,
     eog_tokens,
     gpu_offload_supported,
     model_vocab_info,
@@ -95,13 +96,8 @@ def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
         # Sliding-window models (Gemma 3) must keep every position, or a rollback could need
         # cells the window already dropped.
         params.swa_full = True
-    with ABORT.armed():
-        ctx = llama_cpp.llama_init_from_model(model, params)
-        if ctx and (ABORT.interrupted or LOG.interrupted):
-            llama_cpp.llama_free(ctx)
-            ctx = None
-    ABORT.raise_pending_interrupt()
-    LOG.raise_pending_interrupt()
+    ctx = create_interruptibly(lambda: llama_cpp.llama_init_from_model(model, params),
+                               llama_cpp.llama_free)
     if not ctx:
         raise ModelError(f"llama.cpp could not create a {n_ctx}-token context: "
                          f"{log_reason(LOG.errors)}")
