@@ -16,9 +16,10 @@ import statistics
 import sys
 from collections.abc import Sequence
 
-from specchat.calibration import measure
-from specchat.llm.helpers import default_threads
-from specchat.runtime import LoadSettings, open_runtime
+from specchat.backend.calibration import measure
+from specchat.backend.loading import open_runtime
+from specchat.llm.ggml import default_threads
+from specchat.settings.load import LoadSettings
 
 SIZES = tuple(range(1, 18))
 

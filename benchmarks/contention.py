@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 PROMPT = ("Write a Python function that parses a CSV file of orders (id, customer, amount, "
           "date) and returns the total amount per customer per month, with a docstring.")
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     got: dict[tuple[str, int], list[float]] = {}
     for r in range(args.rounds):
         for name, fixed, count in runs[r % len(runs):] + runs[:r % len(runs)]:
-            load = open("/proc/loadavg").read().split()[0] if os.path.exists(
+            load = Path("/proc/loadavg").read_text().split()[0] if os.path.exists(
                 "/proc/loadavg") else "?"
             speeds = ask(args, fixed, count)
             got.setdefault((name, count), []).extend(speeds)

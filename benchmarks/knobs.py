@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specchat.llm import load_model
-from specchat.llm.helpers import default_threads
+from specchat.llm.ggml import default_threads
 from specchat.models import resolve_model
 
 SIZES = (1, 2, 4, 8, 17)

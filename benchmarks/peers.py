@@ -17,7 +17,7 @@ config runs from an empty cache and the order of configs rotates from prompt to 
 Decode speed is measured the same way for every program, from outside: tokens after the first
 streamed token over the time after it, so prefill (and the first token) is left out. Speedup is
 against the program's own no-speculation baseline: summed tokens over summed time, per
-category. This script lives outside the package so that only specchat/llm/backend.py imports
+category. This script lives outside the package so that only specchat/llm/ imports
 llama_cpp inside it.
 """
 
@@ -36,13 +36,15 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from specchat.backend.loading import open_runtime
+from specchat.backend.local import Runtime
+from specchat.backend.tuning import measured_auto_state
 from specchat.bench import prompts as bp
 from specchat.bench.runner import mode_order
 from specchat.engine.events import Chunk, drain
 from specchat.engine.options import GenerationOptions
 from specchat.errors import SpecchatError
-from specchat.runtime import LoadSettings, Runtime, open_runtime
-from specchat.tuning import measured_auto_state
+from specchat.settings.load import LoadSettings
 
 LCP_BASE = "lcp plain"
 SPECCHAT_BASE = "specchat off"
@@ -251,7 +253,9 @@ def _main(args: argparse.Namespace) -> int:
                             n_gpu_layers=args.n_gpu_layers, threads=args.threads)
     err = Console(stderr=True)
     with open_runtime(settings) as runtime:
-        runtime.auto = measured_auto_state(runtime, settings)  # auto's costs, as a user gets
+        if runtime.tuned is not None:  # auto's costs, as a user gets them
+            runtime.auto, closers = measured_auto_state(runtime.tuned)
+            runtime.closers[:0] = closers
         tokenized = [(p, t) for p in chosen
                      if len(t := runtime.chat_tokens([{"role": "user", "content": p.text}]))
                      + args.max_tokens + 16 <= args.ctx]  # +16: room for a last draft
@@ -261,7 +265,7 @@ def _main(args: argparse.Namespace) -> int:
                    *specchat_configs(runtime, modes, args.draft_max)]
         with err.status("warming up") as status:
             rows = run_all(configs, tokenized, args.max_tokens,
-                           lambda text: status.update(text))
+                           status.update)
     sums = summarize(rows, [c.name for c in configs])
     render(Console(), sums)
     if args.json:

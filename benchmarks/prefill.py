@@ -6,10 +6,11 @@
 The prompt is specchat's own source text cut to about --tokens tokens, in a chat template.
 `llama`: `Llama(...).create_chat_completion(max_tokens=1)` with n_threads and n_threads_batch
 set to --threads, a context large enough, everything else default (flash attention off);
-`llama-fa-on` the same with flash_attn=True. Its prefix cache is reset before every run. `specchat*`: load_model() and the engine's chunked prefill of the same
-messages plus the first step (time to first token). Variants run in turn, --reps rounds, the
+`llama-fa-on` the same with flash_attn=True. Its prefix cache is reset before every run.
+`specchat*`: load_model() and the engine's chunked prefill of the same messages plus the
+first step (time to first token). Variants run in turn, --reps rounds, the
 order rotating each round, so a shared machine's drift hits all alike. Prints the median
-seconds and tokens/s per variant. Lives outside the package: only specchat/llm/backend.py
+seconds and tokens/s per variant. Lives outside the package: only specchat/llm/
 imports llama_cpp inside it.
 """
 

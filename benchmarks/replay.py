@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,11 +29,10 @@ import numpy as np
 
 from specchat.bench import prompts as bp
 from specchat.engine.auto import AutoState
-from specchat.engine.controller import FixedK
 from specchat.engine.cost import CostTable, match_bucket
 from specchat.engine.drafters import Draft, NgramIndex, PromptLookupDrafter
 from specchat.engine.events import Finished
-from specchat.engine.loop import _Run, generate
+from specchat.engine.loop import Hooks, _Run, generate
 from specchat.engine.options import GenerationOptions
 
 # Qwen2.5-Coder-1.5B Q4_K_M on a quiet 2-core VM (AMD EPYC, AVX2), 2 threads, every batch
@@ -43,7 +41,8 @@ QUIET_RATIOS = "1,1.73,2.33,2.77,3.27,3.98,4.58,6.19,6.54,6.90,7.40,8.47,8.55,9.
 
 
 def collect(args: argparse.Namespace) -> int:
-    from specchat.runtime import LoadSettings, open_runtime
+    from specchat.backend.loading import open_runtime
+    from specchat.settings.load import LoadSettings
 
     chosen = bp.select(bp.load_prompts(Path(args.file) if args.file else None),
                        bp.parse_categories(args.categories), args.limit)
@@ -107,8 +106,8 @@ class ReplayTarget:
 
 
 class OracleLookup:
-    """Prompt lookup that knows the answer: drafts only what will be accepted, and only as
-    much as pays best on the cost table (possibly a longer, cheaper batch)."""
+    """Prompt lookup that knows the answer (a DraftPolicy): drafts only what will be accepted,
+    and only as much as pays best on the cost table (possibly a longer, cheaper batch)."""
 
     def __init__(self, answer: Sequence[int], n_prompt: int, table: CostTable) -> None:
         self.lookup = PromptLookupDrafter(2, 5)
@@ -120,11 +119,15 @@ class OracleLookup:
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
         avail = self.lookup.propose(context, k, rng).tokens
         truth = self.answer[len(context) - self.n_prompt:]
-        right = next((i for i, (a, t) in enumerate(zip(avail, truth)) if a != t),
+        right = next((i for i, (a, t) in enumerate(zip(avail, truth, strict=False)) if a != t),
                      min(len(avail), len(truth)))
         best = max(range(len(avail) + 1),
                    key=lambda n: (min(n, right) + 1) / self.table.cost(n + 1))
         return Draft(tuple(avail[:best]), None)
+
+    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
+                verify_seconds: float = 0.0) -> None:
+        return None
 
     def rollback(self, context: Sequence[int]) -> None:
         return None
@@ -145,10 +148,10 @@ def replay_one(item: dict[str, Any], spec: str, table: CostTable, state: AutoSta
                                 else spec, draft_max=draft_max)
     if spec == "oracle":
         run = _Run(target, list(prompt), options, OracleLookup(answer, len(prompt), table),
-                   FixedK(draft_max), target.token_bytes, lambda: now[0])
+                   Hooks(clock=lambda: now[0]))
         *_, fin = run.events()
     else:
-        *_, fin = generate(target, prompt, options, clock=lambda: now[0], auto=state)
+        *_, fin = generate(target, prompt, options, hooks=Hooks(clock=lambda: now[0], auto=state))
     assert isinstance(fin, Finished) and list(fin.tokens) == answer, "replay is not exact"
     return len(answer), fin.stats.decode_seconds, fin.stats.steps
 

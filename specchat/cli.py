@@ -13,8 +13,9 @@ from typing import Annotated, Any
 
 import typer
 
-from specchat import __version__, output
+from specchat import __version__
 from specchat.errors import EXIT_INTERRUPTED, EXIT_RUNTIME, Interrupted, SpecchatError
+from specchat.term import output
 
 app = typer.Typer(
     name="specchat",
@@ -103,7 +104,10 @@ def route_argv(argv: Sequence[str], stdin_is_tty: bool) -> list[str]:
 
 def _has_prompt(args: list[str]) -> bool:
     """Whether `ask` would find prompt words among args (options and their values aside)."""
-    ask = getattr(typer.main.get_command(app), "commands", {}).get("ask")
+    group = typer.main.get_command(app)
+    ask = group.commands.get("ask") if isinstance(group, typer.core.TyperGroup) else None
+    if ask is None:
+        return True
     try:
         ctx = ask.make_context("ask", list(args), resilient_parsing=True)
     except Exception:  # noqa: BLE001 - any parse problem: let `ask` report it properly
@@ -137,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (typer.Abort, typer.Exit) as exc:
         code = getattr(exc, "exit_code", 1)
         sys.exit(EXIT_INTERRUPTED if isinstance(exc, typer.Abort) else code)
-    except Exception as exc:  # click usage errors and anything unexpected
+    except Exception as exc:  # noqa: BLE001 - click usage errors and anything unexpected
         output.settle()
         _handle_other(exc)
 

@@ -25,6 +25,17 @@ class UsageError(SpecchatError):
     exit_code = EXIT_USAGE
 
 
+class PromptTooLong(UsageError):
+    """A prompt that leaves no room for an answer in the context."""
+
+    def __init__(self, tokens: int, n_ctx: int) -> None:
+        over = tokens - n_ctx + 1
+        super().__init__(f"prompt is {tokens} tokens, {over} over what a context of {n_ctx} "
+                         "leaves for an answer: raise --ctx or shorten the prompt")
+        self.tokens = tokens
+        self.n_ctx = n_ctx
+
+
 class ModelError(SpecchatError):
     """A model file that cannot be used (missing, not GGUF, failed to load)."""
 

@@ -30,3 +30,71 @@ def user_path(kind: str, name: str, *, home_name: str | None = None,
     xdg = os.environ.get(var)
     base = Path(xdg).expanduser() if xdg else Path.home().joinpath(*default)
     return base / "specchat" / name if name else base / "specchat"
+
+
+# --- every place specchat keeps something ---------------------------------------------------
+def config_file() -> Path:
+    """$SPECCHAT_CONFIG, else $SPECCHAT_HOME/config.toml, else $XDG_CONFIG_HOME/specchat."""
+    return user_path("config", "config.toml", override="SPECCHAT_CONFIG")
+
+
+def user_models_file() -> Path:
+    """The user's own presets (models.toml) beside the config file."""
+    return user_path("config", "models.toml")
+
+
+def model_cache_dir() -> Path:
+    """$SPECCHAT_CACHE, else $SPECCHAT_HOME/models, else $XDG_CACHE_HOME/specchat/models."""
+    return user_path("cache", "models", override="SPECCHAT_CACHE")
+
+
+def calibration_file() -> Path:
+    """What this machine costs per model (next to the model cache: measured per file)."""
+    return model_cache_dir().parent / "calibration.json"
+
+
+def hub_records_file() -> Path:
+    """Which file each Hugging Face reference resolved to (next to the model cache)."""
+    return model_cache_dir().parent / "hub-refs.json"
+
+
+def hub_cache_dir() -> Path:
+    """Where huggingface_hub keeps models, by its own rules (read at call time, not import),
+    so that every hub tool shares one cache."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    home = os.environ.get("HF_HOME")
+    if not home:
+        home = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                   / "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def prompt_cache_dir() -> Path:
+    """$SPECCHAT_HOME/prompt-cache, else $XDG_CACHE_HOME/specchat/prompt-cache."""
+    return user_path("cache", "prompt-cache")
+
+
+def cpu_share_dir() -> Path:
+    """The lock files by which specchat processes count each other (backend/cpushare.py)."""
+    return user_path("cache", "cpu")
+
+
+def state_dir() -> Path:
+    """$SPECCHAT_HOME/state, else $XDG_STATE_HOME/specchat, else ~/.local/state/specchat."""
+    return user_path("state", "", home_name="state")
+
+
+def conversations_dir() -> Path:
+    return state_dir() / "conversations"
+
+
+def input_history_file() -> Path:
+    """Where the chat keeps its input history (the Up-arrow and Ctrl-R lines)."""
+    return state_dir() / "history"
+
+
+def logs_dir() -> Path:
+    """--verbose logs of the chat."""
+    return state_dir() / "logs"

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from specchat import cli
+from specchat.backend.local import Runtime
 from specchat.commands import chat as chat_cmd
-from specchat.runtime import LoadSettings, Runtime
+from specchat.settings.load import LoadSettings
 from tests import chat_fakes
 
 

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
+from specchat.backend.base import Backend, Message, RuntimeInfo
+from specchat.backend.local import Runtime
 from specchat.chat.render import RenderConfig, Renderer
 from specchat.chat.session import ChatSession
 from specchat.chat.store import Store
 from specchat.engine.options import GenerationOptions, SamplingOptions
-from specchat.runtime import Message, Runtime, RuntimeInfo
 from tests.fakes import FakeModel
 
 CHARS = "abcdefghijklmnopqrstuvwxyz .,\n"
@@ -102,13 +103,13 @@ class Streams:
         return out, err
 
 
-def session(tmp: Path, rt: Runtime | None = None, streams: Streams | None = None,
+def session(tmp: Path, rt: Backend | None = None, streams: Streams | None = None,
             **opts: object) -> tuple[ChatSession, Streams]:
     streams = streams or Streams()
     config = RenderConfig(rich=False, markdown=False, show_draft=False, summary=True)
     rt = rt or runtime()
     renderer = Renderer(config, streams.out, streams.err, draft_name=rt.info.draft_name,
-                        token_bytes=rt.target.token_bytes)
+                        token_bytes=rt.token_bytes)
     chat = ChatSession(runtime=rt, options=options(**opts), renderer=renderer,
                        store=Store(tmp / "conv.jsonl", meta={"model": "fake"}))
     return chat, streams

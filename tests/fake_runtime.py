@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specchat.runtime import Message, Runtime, RuntimeInfo
+from specchat.backend.base import Message, RuntimeInfo
+from specchat.backend.local import Runtime
 from tests.fakes import FakeModel
 
 WORDS = [f"w{i} " for i in range(30)] + ["é", "<eos>"]

@@ -50,6 +50,8 @@ class FakeModel:
         self._memo: dict[tuple[int, ...], np.ndarray] = {}  # tail -> logits (a pure function)
         self.evaluated = 0  # total tokens ever passed to eval
         self.eval_calls: list[int] = []  # batch sizes, in order
+        self.flash_attn: bool | None = None  # what tuning switches (it changes nothing here)
+        self.threads: int | None = None
 
     # --- LogitsModel -------------------------------------------------------------------
     @property
@@ -94,6 +96,14 @@ class FakeModel:
 
     def truncate(self, n: int) -> None:
         del self._tokens[max(n, 0):]
+
+    def set_flash_attn(self, enabled: bool) -> None:
+        """As the real backend: a new, empty cache."""
+        self._tokens.clear()
+        self.flash_attn = enabled
+
+    def set_threads(self, n: int) -> None:
+        self.threads = n
 
     def token_bytes(self, token: int) -> bytes:
         return self.pieces[token]

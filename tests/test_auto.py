@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from specchat.calibration import (
+from specchat.backend.calibration import (
     CalibrationCache,
     break_even_acceptance,
     measure,
@@ -31,7 +32,7 @@ from specchat.engine.cost import (
 )
 from specchat.engine.drafters import DraftModelDrafter, PromptLookupDrafter
 from specchat.engine.events import Finished
-from specchat.engine.loop import generate
+from specchat.engine.loop import Hooks, generate
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from tests.fakes import FakeModel
 
@@ -70,7 +71,8 @@ def test_choose_drafts_long_when_acceptance_is_high_and_short_when_not() -> None
 
 def test_draft_model_is_never_used_when_its_cost_rules_it_out() -> None:
     state = cpu_state()
-    state.draft_costs = CostTable.from_ratios(0.04 * 0.53, CPU_RATIOS)  # ~half a step (docs/costs.md: 0.58)
+    # About half a step (docs/costs.md: 0.58).
+    state.draft_costs = CostTable.from_ratios(0.04 * 0.53, CPU_RATIOS)
     assert not state.draft_model_can_pay(16)
     gpu = AutoState(target_costs=CostTable.from_ratios(0.01, GPU_RATIOS),
                     draft_costs=CostTable.from_ratios(0.002, GPU_RATIOS))
@@ -136,7 +138,7 @@ def test_match_buckets() -> None:
 
 def copy_model(text: list[int], n_vocab: int = 16) -> FakeModel:
     """A target that copies `text`: after any token, the one that followed it in `text`."""
-    follow = {a: b for a, b in zip(text, text[1:])}
+    follow = dict(itertools.pairwise(text))
 
     def logits(context: list[int]) -> np.ndarray:
         row = np.full(n_vocab, -5.0, dtype=np.float32)
@@ -149,7 +151,7 @@ def run(target: FakeModel, prompt: list[int], state: AutoState, n: int = 40,
         draft: FakeModel | None = None, temperature: float = 0.0) -> Finished:
     options = GenerationOptions(sampling=SamplingOptions(temperature=temperature, seed=0),
                                 max_tokens=n, spec="auto")
-    events = list(generate(target, prompt, options, draft=draft, auto=state))
+    events = list(generate(target, prompt, options, draft=draft, hooks=Hooks(auto=state)))
     last = events[-1]
     assert isinstance(last, Finished)
     return last
@@ -214,9 +216,8 @@ def test_policy_explains_itself() -> None:
     assert "ngram" in "".join(info["acceptance_estimates"])
 
 
-def test_policy_reports_drafter_and_controller_protocols() -> None:
+def test_policy_proposes_nothing_without_a_match() -> None:
     policy = AutoPolicy(cpu_state(), PromptLookupDrafter(2, 5), None, 8)
-    assert policy.next_k() == 8
     assert policy.propose([1, 2], 4, np.random.default_rng(0)).tokens == ()
 
 
@@ -250,7 +251,7 @@ def test_draft_drafter_type_is_reused() -> None:
 
 
 def test_auto_lines_explain_costs_choices_and_estimates() -> None:
-    from specchat.report import auto_lines
+    from specchat.term.summary import auto_lines
 
     state = cpu_state()
     state.draft_costs = CostTable.from_ratios(0.04 * 0.53, CPU_RATIOS)

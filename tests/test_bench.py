@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from specchat.backend.local import Runtime
+from specchat.backend.tuning import Calibration, Tuned
 from specchat.bench import prompts as bp
 from specchat.bench.report import OVERALL, summarize, to_json
 from specchat.bench.runner import (
@@ -27,7 +29,6 @@ from specchat.engine.events import Chunk, Event, Finished
 from specchat.engine.options import GenerationOptions
 from specchat.engine.stats import Stats
 from specchat.errors import UsageError
-from specchat.runtime import Runtime
 from tests.clirun import run_cli
 from tests.fake_runtime import fake_model, fake_runtime
 
@@ -243,8 +244,12 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     def open_fake(settings: Any) -> Runtime:
         made["settings"] = settings
-        made["runtime"] = fake_runtime(target=fake_model(n_ctx=8192), draft=made["draft"])
-        return made["runtime"]
+        runtime = fake_runtime(target=fake_model(n_ctx=8192), draft=made["draft"])
+        runtime.tuned = Tuned(runtime.target, runtime.draft, Path("/fake.gguf"),  # type: ignore[arg-type]
+                              Path("/fake-draft.gguf") if made["draft"] else None, settings,
+                              Calibration(settings))
+        made["runtime"] = runtime
+        return runtime
 
     monkeypatch.setattr(bench_cmd, "open_runtime", open_fake)
     return made

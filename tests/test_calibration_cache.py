@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat.calibration import DRAFT_SIZES, CalibrationCache, cost_table
+from specchat.backend.calibration import DRAFT_SIZES, CalibrationCache, cost_table
 from tests.fake_runtime import fake_model
 
 

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
-from specchat import runtime as rt
+from specchat.backend.loading import wants_draft
+from specchat.backend.local import Runtime
+from specchat.backend.remote import RemoteRuntime
 from specchat.chat.store import load_conversation
 from specchat.errors import UsageError
-from specchat.runtime import LoadSettings, Runtime
+from specchat.settings.load import LoadSettings
 from tests import chat_fakes as f
 from tests.test_chat_repl import CTRL_D, ENTER, drive
 
@@ -71,7 +73,7 @@ def test_set_and_show_come_from_the_schema(tmp_path: Path) -> None:
     assert session.options.spec == "ngram" and session.options.sampling.seed is None
     assert "error: ctx cannot change mid-chat (set --ctx" in err
     assert "error: model cannot change mid-chat (/model and /draft switch models" in err
-    from specchat.options import OPTIONS
+    from specchat.settings.schema import OPTIONS
 
     for opt in OPTIONS:  # /set lists exactly the live options
         assert (f"  {opt.name:<15} " in err) == opt.live
@@ -100,6 +102,21 @@ def test_save_settings_keeps_comments_and_profiles(tmp_path: Path,
     assert f"saved 4 settings to {config}" in err
 
 
+def test_save_settings_with_a_remote_server_writes_the_options_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """/save-settings in a chat with --endpoint: the server's models are its own, so the
+    file gets the live options and no model (this was an AttributeError)."""
+    config = tmp_path / "config.toml"
+    monkeypatch.setenv("SPECCHAT_CONFIG", str(config))
+    remote = RemoteRuntime("http://127.0.0.1:9/v1", None, "their-model", f.options())
+    session, streams = f.session(tmp_path, rt=remote)
+    drive(session, "/set temp 0.5" + ENTER + "/save-settings" + ENTER + CTRL_D, None)
+    _, err = streams.take()
+    data = tomllib.loads(config.read_text())
+    assert data["temperature"] == 0.5 and "model" not in data and "draft" not in data
+    assert "error" not in err and f"to {config}" in err
+
+
 class Loadable(f.ChatModel):
     closed = False
 
@@ -121,12 +138,13 @@ def fake_open(loaded: list[str]) -> Any:
             return model
 
         target = get(settings.model or "1", reuse.target if reuse else None)
-        draft_name = rt.wants_draft(settings) if settings.draft else None
+        draft_name = wants_draft(settings) if settings.draft else None
         draft = get(draft_name, reuse.draft if reuse else None) if draft_name else None
         runtime = f.runtime(target, draft)
         runtime.info.target_name = settings.model or "1"
         runtime.info.draft_name = draft_name
         runtime.settings = settings
+        runtime.reopen = open_fake
         runtime.closers = [m.close for m in (target, draft)
                            if m is not None and (reuse is None or m not in
                                                  (reuse.target, reuse.draft))]
@@ -137,8 +155,7 @@ def fake_open(loaded: list[str]) -> Any:
 def test_model_and_draft_switch_keeps_the_conversation(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     loaded: list[str] = []
-    monkeypatch.setattr(rt, "open_runtime", fake_open(loaded))
-    first = rt.open_runtime(LoadSettings(model="1", spec="off"))
+    first = fake_open(loaded)(LoadSettings(model="1", spec="off"))
     session, streams = f.session(tmp_path, rt=first)
     old_target = session.runtime.target
     keys = ("hello" + ENTER + "/model broken" + ENTER + "/model 2" + ENTER + "again" + ENTER

@@ -25,7 +25,7 @@ from specchat.chat.session import ChatSession
 from specchat.chat.store import Store, load_conversation
 from specchat.engine.options import GenerationOptions, SamplingOptions
 
-pytest.importorskip("specchat.llm.backend", reason="llama-cpp-python is not installed")
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 pytestmark = pytest.mark.real
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +44,8 @@ def _env(home: Path, model: Path) -> dict[str, str]:
 
 
 def test_second_turn_reuses_the_cache(smol: Path, tmp_path: Path) -> None:
-    from specchat.runtime import LoadSettings, open_runtime
+    from specchat.backend.loading import open_runtime
+    from specchat.settings.load import LoadSettings
 
     questions = ["What is the capital of France?", "And of Italy?",
                  "Name a famous painter.", "Which city did he live in?", "Thanks. Say bye."]

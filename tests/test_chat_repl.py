@@ -208,7 +208,7 @@ def test_copy(chat, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore
 
 
 def test_copy_without_any_clipboard_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(clipboard, "_tools", lambda: [])
+    monkeypatch.setattr(clipboard, "_tools", list)
     with pytest.raises(OSError, match="no clipboard available"):
         clipboard.copy("x", None)
     monkeypatch.setattr(clipboard.shutil, "which", lambda name: None)

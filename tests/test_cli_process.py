@@ -48,8 +48,8 @@ def clean(stderr: bytes) -> str:
 def test_closed_pipe_ends_quietly(tmp_path: Path, small: Path) -> None:
     proc = subprocess.Popen(specchat("ask", "-m", str(small), *QUIET, "-n", "300",
                                      "Write a long story about a lighthouse keeper."),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(tmp_path, small),
-                            cwd=tmp_path)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env(tmp_path, small), cwd=tmp_path)
     assert proc.stdout is not None and proc.stderr is not None
     head = proc.stdout.read(10)  # `| head -c 10`
     proc.stdout.close()
@@ -84,8 +84,8 @@ def test_full_disk_is_one_line_and_exit_1(tmp_path: Path, small: Path) -> None:
 def test_closed_stdin_is_no_input_on_every_command(tmp_path: Path, small: Path,
                                                    args: list[str]) -> None:
     argv = [a.replace("{small}", str(small)) for a in args]
-    done = subprocess.run(specchat(*argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          env=env(tmp_path, small), cwd=tmp_path, close_fds=True,
+    done = subprocess.run(specchat(*argv), capture_output=True, env=env(tmp_path, small),
+                          cwd=tmp_path, close_fds=True,
                           preexec_fn=lambda: os.close(0))  # `specchat ... <&-`
     clean(done.stderr)
     assert done.returncode == 0, done.stderr.decode()
@@ -94,12 +94,12 @@ def test_closed_stdin_is_no_input_on_every_command(tmp_path: Path, small: Path,
 def test_seed_minus_one_means_random(tmp_path: Path, small: Path) -> None:
     done = subprocess.run(specchat("ask", "-m", str(small), *QUIET, "-n", "8", "-t", "0.8",
                                    "--seed", "-1", "hi"),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(tmp_path, small),
+                          capture_output=True, env=env(tmp_path, small),
                           cwd=tmp_path, stdin=subprocess.DEVNULL)
     assert clean(done.stderr) == "" and done.returncode == 0
     assert done.stdout.strip()
     bad = subprocess.run(specchat("ask", "-m", str(small), "--seed", "-2", "hi"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(tmp_path, small),
+                         capture_output=True, env=env(tmp_path, small),
                          cwd=tmp_path, stdin=subprocess.DEVNULL)
     err = clean(bad.stderr)
     assert bad.returncode == 2 and err.count("\n") == 1 and "seed" in err

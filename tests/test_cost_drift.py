@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat.calibration import CalibrationCache, machine_key, save_if_drifted
+from specchat.backend.calibration import CalibrationCache, machine_key, save_if_drifted
 from specchat.engine.cost import DRIFT_WINDOW, CostTable
 
 

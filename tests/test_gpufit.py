@@ -90,7 +90,7 @@ def test_shape_from_metadata_defaults_like_llama_cpp() -> None:
 
 def test_auto_reaches_the_runtime_as_none_and_ctx_zero_is_accepted() -> None:
     """The runtime sizes layers when n_gpu_layers is None; the option schema must say so."""
-    from specchat.options import lookup
+    from specchat.settings.schema import lookup
 
     assert lookup("n_gpu_layers").from_text("auto") is None
     assert lookup("n_gpu_layers").from_text("12") == 12
@@ -100,8 +100,9 @@ def test_auto_reaches_the_runtime_as_none_and_ctx_zero_is_accepted() -> None:
 @pytest.mark.real
 def test_auto_on_a_cpu_build_is_zero_and_silent(real_model_path: object,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from specchat.backend.gpu import gpu_layers
     from specchat.llm import gpu_offload_supported
-    from specchat.runtime import LoadSettings, gpu_layers
+    from specchat.settings.load import LoadSettings
 
     if gpu_offload_supported():
         pytest.skip("this llama.cpp build offloads to a GPU")
@@ -115,11 +116,12 @@ def test_auto_with_a_made_up_small_gpu_says_one_line(real_model_path: object,
                                                      monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """The real metadata path with a pretend device: 700 MiB free, the 1.5B does not fit."""
-    from specchat.llm import backend
-    from specchat.runtime import LoadSettings, gpu_layers
+    from specchat.backend.gpu import gpu_layers
+    from specchat.llm import files, lib
+    from specchat.settings.load import LoadSettings
 
-    monkeypatch.setattr(backend, "gpu_offload_supported", lambda: True)
-    monkeypatch.setattr(backend, "gpu_devices", lambda: [Device("Fake GPU", 1200 * MIB, 2 * GIB)])
+    monkeypatch.setattr(lib, "gpu_offload_supported", lambda: True)
+    monkeypatch.setattr(files, "gpu_devices", lambda: [Device("Fake GPU", 1200 * MIB, 2 * GIB)])
     target = Path(real_model_path("qwen2.5-coder-1.5b"))  # type: ignore[operator]
     draft = Path(real_model_path("qwen2.5-coder-0.5b"))  # type: ignore[operator]
     (t, d), fit = gpu_layers(LoadSettings(n_ctx=0), target, draft)
@@ -134,11 +136,11 @@ def test_auto_with_a_made_up_small_gpu_says_one_line(real_model_path: object,
 def test_doctor_says_what_auto_chooses(real_model_path: object,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from specchat.commands.doctor import collect
-    from specchat.llm import backend
+    from specchat.llm import files, lib
 
     real_model_path("qwen2.5-coder-1.5b")  # type: ignore[operator]
-    monkeypatch.setattr(backend, "gpu_offload_supported", lambda: True)
-    monkeypatch.setattr(backend, "gpu_devices", lambda: [Device("Fake GPU", 20 * GIB, 24 * GIB)])
+    monkeypatch.setattr(lib, "gpu_offload_supported", lambda: True)
+    monkeypatch.setattr(files, "gpu_devices", lambda: [Device("Fake GPU", 20 * GIB, 24 * GIB)])
     rows = dict(collect()[0])
     assert rows["gpu fit"].startswith("qwen2.5-coder-1.5b at --ctx 4096: GPU layers: "
                                       "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf all 29 layers")

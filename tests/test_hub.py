@@ -203,15 +203,15 @@ def test_real_model_from_the_fake_hub_answers_offline(
 
 
 def test_hf_preset_lives_in_the_hf_cache(hub_env: FakeHub, tmp_path: Path) -> None:
-    from specchat.models import find_preset, is_present
+    from specchat.models import find_preset, preset_present
 
     (tmp_path / "home").mkdir(exist_ok=True)
     (tmp_path / "home" / "models.toml").write_text(
         '[[model]]\nname = "tiny"\nhf = "me/tiny-GGUF:Q2_K"\n'
         'file = "big-Q2_K-00001-of-00002.gguf"\nsize = 1604\n')
-    assert not is_present(find_preset("tiny"))
+    assert not preset_present(find_preset("tiny"))
     path = resolve_model("tiny", quiet=True)
-    assert path.read_bytes() == PART1 and is_present(find_preset("tiny"))
+    assert path.read_bytes() == PART1 and preset_present(find_preset("tiny"))
     hub_env.requests.clear()
     assert resolve_model("tiny", quiet=True) == path
     assert hub_env.requests == []

@@ -76,7 +76,7 @@ def test_history_with_a_zero_limit_says_what_is_wrong(
 
 def test_seed_is_checked_in_one_place() -> None:
     from specchat.engine.options import GenerationOptions, OptionError, SamplingOptions
-    from specchat.options import BY_NAME
+    from specchat.settings.schema import BY_NAME
 
     assert SamplingOptions(seed=-1).seed is None  # -1 is random, as in llama.cpp
     assert GenerationOptions().with_values(seed=-1).sampling.seed is None  # /set seed -1

@@ -8,17 +8,10 @@ from pathlib import Path
 import pytest
 
 from specchat.errors import ModelError
-from specchat.llm.helpers import (
-    LogSink,
-    check_gguf_file,
-    chunk_spans,
-    log_reason,
-    normalize_rows,
-    read_negative_size,
-    read_snprintf,
-    read_tokens,
-    rows_in_span,
-)
+from specchat.llm.batch import chunk_spans, normalize_rows, rows_in_span
+from specchat.llm.cbuf import log_reason, read_negative_size, read_snprintf, read_tokens
+from specchat.llm.gguf import check_gguf_file
+from specchat.llm.hooks import LogSink
 
 
 def test_rows_negative_and_out_of_range() -> None:

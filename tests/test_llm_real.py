@@ -19,14 +19,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specchat.engine.protocol import ContextFullError, LogitsModel, sync_prefix
+from specchat.engine.drafters import fill_cache
+from specchat.engine.protocol import ContextFullError, LogitsModel
+from specchat.engine.text import TextStream
 from specchat.errors import ModelError, UsageError
 from specchat.llm.template import ChatTemplate, chat_tokens
-from specchat.llm.text import stream_text
 from specchat.llm.vocab import check_compatible, compatibility_problems
 
-backend = pytest.importorskip("specchat.llm.backend",
+llama_cpp = pytest.importorskip("llama_cpp",
                               reason="llama-cpp-python is not installed (see backends/)")
+backend = pytest.importorskip("specchat.llm.model")
+files = pytest.importorskip("specchat.llm.files")
 
 real = pytest.mark.real
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +40,7 @@ THREADS = 1
 MULTIBYTE = "Héllo wörld, façade naïve — 日本語のテキスト, 中文, runes ᚠᛇᚻ 𓀀 and emoji 👋🏽🎉 ✓"
 
 
-# --- fixtures -------------------------------------------------------------------------------------
+# --- fixtures ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def smol_path(real_model_path: Callable[[str], Path]) -> Path:
     return real_model_path("smollm2-135m")
@@ -82,7 +85,7 @@ def single_steps(model: backend.LlamaModel, tokens: list[int]) -> np.ndarray:
     return np.stack([model.eval([t], [0])[0] for t in tokens])
 
 
-# --- logits -----------------------------------------------------------------------------------------
+# --- logits --------------------------------------------------------------------------------------
 @real
 def test_implements_the_engine_protocol(smol: backend.LlamaModel) -> None:
     assert isinstance(smol, LogitsModel)
@@ -205,11 +208,12 @@ def test_context_full_raises_and_changes_nothing(smol_path: Path) -> None:
 
 
 @real
-def test_sync_prefix_reuses_the_cache(smol: backend.LlamaModel) -> None:
+def test_fill_cache_reuses_the_cached_prefix(smol: backend.LlamaModel) -> None:
     tokens = smol.tokenize(PROMPT)
     expected = smol.eval(tokens, [-1])[0]
     smol.truncate(len(tokens) - 4)
-    np.testing.assert_allclose(sync_prefix(smol, tokens), expected, atol=1e-4)
+    assert fill_cache(smol, tokens[:-1]) == 3  # only what the cache lost is evaluated again
+    np.testing.assert_allclose(smol.eval(tokens[-1:], [-1])[0], expected, atol=1e-4)
     assert list(smol.tokens) == tokens
 
 
@@ -219,13 +223,13 @@ def test_interrupt_right_after_decode_drops_that_chunk(
         smol: backend.LlamaModel, monkeypatch: pytest.MonkeyPatch) -> None:
     tokens = smol.tokenize(PROMPT)
     smol.eval(tokens[:5], [])
-    real_decode = backend.llama_cpp.llama_decode
+    real_decode = llama_cpp.llama_decode
 
     def decode_then_ctrl_c(ctx: object, batch: object) -> int:
         real_decode(ctx, batch)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(backend.llama_cpp, "llama_decode", decode_then_ctrl_c)
+    monkeypatch.setattr(llama_cpp, "llama_decode", decode_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         smol.eval(tokens[5:], [-1])
     monkeypatch.undo()
@@ -239,27 +243,28 @@ def test_interrupt_right_after_decode_drops_that_chunk(
 def test_failed_decode_keeps_earlier_chunks(smol_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     with backend.load_model(smol_path, n_ctx=256, n_threads=THREADS, n_batch=4) as model:
-        real_decode = backend.llama_cpp.llama_decode
+        real_decode = llama_cpp.llama_decode
         calls = []
 
         def fail_second(ctx: object, batch: object) -> int:
             calls.append(1)
             return 1 if len(calls) == 2 else real_decode(ctx, batch)
 
-        monkeypatch.setattr(backend.llama_cpp, "llama_decode", fail_second)
+        monkeypatch.setattr(llama_cpp, "llama_decode", fail_second)
         with pytest.raises(ModelError, match="llama_decode failed"):
             model.eval(list(range(100, 110)), [-1])
         assert list(model.tokens) == list(range(100, 104)) and consistent(model)
 
 
-# --- text -------------------------------------------------------------------------------------------
+# --- text ----------------------------------------------------------------------------------------
 @real
 @pytest.mark.parametrize("which", ["smol", "gemma"])
 def test_multibyte_round_trip_and_streaming(which: str, request: pytest.FixtureRequest) -> None:
     model: backend.LlamaModel = request.getfixturevalue(which)
     tokens = model.tokenize(MULTIBYTE, parse_special=False)
-    assert model.detokenize(tokens) == MULTIBYTE
-    chunks = stream_text(tokens, model.token_bytes)
+    assert b"".join(model.token_bytes(t) for t in tokens).decode() == MULTIBYTE
+    stream = TextStream()
+    chunks = [stream.push(model.token_bytes(t)) for t in tokens] + [stream.flush()]
     assert "".join(chunks) == MULTIBYTE
     assert not any("\ufffd" in chunk for chunk in chunks)
     split = [t for t in tokens if not _decodes(model.token_bytes(t))]
@@ -284,7 +289,7 @@ def test_special_tokens_parse_only_when_asked(smol: backend.LlamaModel,
     assert smol.tokenize("Hi", add_special=True)[0] != smol.bos_token  # SmolLM2 adds no BOS
 
 
-# --- chat templates ---------------------------------------------------------------------------------
+# --- chat templates ------------------------------------------------------------------------------
 @real
 def test_smollm2_template_is_its_own_chatml(smol: backend.LlamaModel) -> None:
     template = ChatTemplate.from_model(smol)
@@ -295,7 +300,8 @@ def test_smollm2_template_is_its_own_chatml(smol: backend.LlamaModel) -> None:
     )
     tokens = chat_tokens(smol, template, [{"role": "user", "content": "Hi"}])
     assert tokens[0] == 1 and tokens.count(2) == 2  # <|im_start|> first, two <|im_end|>
-    assert smol.detokenize(tokens).endswith("<|im_start|>assistant\n")
+    rendered = b"".join(smol.token_bytes(t) for t in tokens).decode()
+    assert rendered.endswith("<|im_start|>assistant\n")
 
 
 @real
@@ -307,11 +313,11 @@ def test_gemma_base_has_no_template_so_fallback_with_note(gemma: backend.LlamaMo
     assert tokens[0] == gemma.bos_token and tokens[1] != gemma.bos_token
 
 
-# --- vocabulary compatibility -----------------------------------------------------------------------
+# --- vocabulary compatibility --------------------------------------------------------------------
 @real
 def test_requantized_copy_is_compatible(smol_path: Path, smol: backend.LlamaModel,
                                         tmp_path_factory: pytest.TempPathFactory) -> None:
-    copy = backend.requantize(smol_path, tmp_path_factory.mktemp("q") / "smol-q8_0.gguf", "Q8_0")
+    copy = files.requantize(smol_path, tmp_path_factory.mktemp("q") / "smol-q8_0.gguf", "Q8_0")
     with backend.load_model(copy, n_ctx=256, n_threads=THREADS) as draft:
         assert compatibility_problems(smol.vocab_info(), draft.vocab_info()) == []
         check_compatible(smol, draft)
@@ -337,10 +343,10 @@ def test_unknown_quantization_type(tmp_path: Path) -> None:
     gguf = tmp_path / "x.gguf"
     gguf.write_bytes(b"GGUF" + bytes(64))
     with pytest.raises(UsageError, match="unknown quantization type 'Q9_9'"):
-        backend.requantize(gguf, tmp_path / "y.gguf", "Q9_9")
+        files.requantize(gguf, tmp_path / "y.gguf", "Q9_9")
 
 
-# --- loading errors and silence -----------------------------------------------------------------
+# --- loading errors and silence ------------------------------------------------------------------
 def test_missing_file_and_non_gguf_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="model file not found"):
         backend.load_model(tmp_path / "nope.gguf")
@@ -367,7 +373,7 @@ def test_truncated_gguf_fails_quietly_with_llama_cpp_reason(
 def test_llama_cpp_is_silent_unless_verbose(smol_path: Path) -> None:
     script = (
         "import sys\n"
-        "from specchat.llm.backend import load_model\n"
+        "from specchat.llm.model import load_model\n"
         "with load_model(sys.argv[1], n_ctx=256, n_threads=1) as m:\n"
         "    m.eval(m.tokenize('Hello there'), [-1])\n"
         "sys.stderr.write('--verbose--\\n'); sys.stderr.flush()\n"

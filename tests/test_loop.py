@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from specchat.engine.controller import AdaptiveK
 from specchat.engine.events import Chunk, Event, Finished
 from specchat.engine.loop import generate, make_drafter
 from specchat.engine.options import GenerationOptions, SamplingOptions
+from specchat.engine.policy import Adaptive
 from tests.fakes import FakeModel
 
 PROMPT = [1, 2, 3, 4, 1, 2, 3, 5, 1, 2]
@@ -256,14 +256,15 @@ def test_ngram_drafts_the_match_and_adaptive_k_grows_and_shrinks() -> None:
     ngram = make_drafter(opts("ngram"), FakeModel(8), None)
     assert ngram is not None
     assert ngram.propose(prompt, 4, rng).tokens == (3, 4, 5, 6)
-    k = AdaptiveK(16)
-    assert k.next_k() == 4
+    k = Adaptive(ngram, 16)
+    assert k.k == 4 and k.propose(prompt, 16, rng).tokens == (3, 4, 5, 6)
     k.observe(4, 4)
-    assert k.next_k() == 8
+    assert k.k == 8
     k.observe(8, 8)
     k.observe(16, 16)
-    assert k.next_k() == 16
+    assert k.k == 16
+    assert len(k.propose(prompt, 2, rng).tokens) == 2  # the loop's limit comes first
     k.observe(16, 2)
-    assert k.next_k() == 3
+    assert k.k == 3
     k.observe(0, 0)  # nothing drafted: no evidence
-    assert k.next_k() == 3
+    assert k.k == 3

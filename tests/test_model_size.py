@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from specchat.errors import ModelError
-from specchat.models import is_present, load_presets, resolve, store
+from specchat.models import load_presets, preset_present, resolve, store
 from tests.test_download import PAYLOAD, _write_presets
 from tests.wheelfactory import isolate, mirror_preset_toml
 
@@ -31,9 +31,9 @@ def cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 
 def test_a_truncated_file_with_a_sidecar_is_not_present(cached: Path) -> None:
-    assert is_present(load_presets()["fake"])
+    assert preset_present(load_presets()["fake"])
     cached.write_bytes(PAYLOAD[: len(PAYLOAD) // 2])  # a disk that filled up, a bad copy
-    assert not is_present(load_presets()["fake"])
+    assert not preset_present(load_presets()["fake"])
 
 
 def test_a_truncated_file_is_reported_or_fetched_again(
@@ -45,7 +45,7 @@ def test_a_truncated_file_is_reported_or_fetched_again(
     pulled: list[str] = []
 
     def fake_pull(preset: object, **kw: object) -> Path:
-        pulled.append(getattr(preset, "name"))
+        pulled.append(preset.name)
         return cached
 
     monkeypatch.setattr(resolve, "pull_preset", fake_pull)
@@ -56,9 +56,9 @@ def test_a_hub_file_of_another_size_is_trusted_by_its_recorded_size(cached: Path
     other = PAYLOAD[::-1] + b"extra"
     cached.write_bytes(other)
     store.write_sidecar(cached, hashlib.sha256(other).hexdigest())
-    assert is_present(load_presets()["fake"])
+    assert preset_present(load_presets()["fake"])
     cached.write_bytes(other[:-1])
-    assert not is_present(load_presets()["fake"])
+    assert not preset_present(load_presets()["fake"])
 
 
 def test_an_old_sidecar_without_a_size_is_checked_once_by_its_hash(cached: Path) -> None:
@@ -66,7 +66,7 @@ def test_an_old_sidecar_without_a_size_is_checked_once_by_its_hash(cached: Path)
     cached.write_bytes(other)
     side = store.sidecar_path(cached)
     side.write_text(f"{hashlib.sha256(other).hexdigest()}  {cached.name}\n")  # older format
-    assert is_present(load_presets()["fake"])  # hashed once, then the size is recorded
+    assert preset_present(load_presets()["fake"])  # hashed once, then the size is recorded
     assert str(len(other)) in side.read_text()
     cached.write_bytes(other[:-1])
-    assert not is_present(load_presets()["fake"])
+    assert not preset_present(load_presets()["fake"])

@@ -6,9 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from specchat import config, options
+from specchat.backend.loading import wants_draft
+from specchat.engine.options import Spec
 from specchat.errors import UsageError
-from specchat.options import BY_NAME, OptionError
+from specchat.settings import file as config
+from specchat.settings import schema as options
+from specchat.settings.load import LoadSettings
+from specchat.settings.schema import BY_NAME, NO_DRAFT, OptionError
 
 
 def test_every_option_is_declared_once_with_a_valid_default() -> None:
@@ -24,16 +28,46 @@ def test_every_option_is_declared_once_with_a_valid_default() -> None:
     ("seed", "-1", -1), ("seed", "random", None), ("n_gpu_layers", "auto", None),
     ("n_gpu_layers", "12", 12), ("ctx", "0", 0), ("plain", "yes", True),
     ("stop", r"\n\n", ["\n\n"]), ("stop", '["a", "b"]', ["a", "b"]), ("system", " x ", " x "),
-    ("draft", "none", None), ("prompt_cache", "500M", "500M"), ("prompt_cache", "off", "off"),
+    ("draft", "none", "none"), ("draft", "None", "none"), ("draft", "default", None),
+    ("prompt_cache", "500M", "500M"), ("prompt_cache", "off", "off"),
 ])
 def test_text_values(name: str, text: str, value: object) -> None:
     assert BY_NAME[name].from_text(text) == value
 
 
+@pytest.mark.parametrize("where", ["flag", "env", "file", "profile"])
+def test_no_draft_means_the_same_from_every_source(where: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`none` is no draft model wherever it is written (SPECCHAT_DRAFT=none used to load the
+    preset's default draft, as if the option were unset)."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text({"file": 'draft = "none"\n', "profile": '[profile.p]\ndraft = "None"\n'}
+                   .get(where, ""))
+    monkeypatch.setenv("SPECCHAT_CONFIG", str(cfg))
+    monkeypatch.delenv("SPECCHAT_DRAFT", raising=False)
+    if where == "env":
+        monkeypatch.setenv("SPECCHAT_DRAFT", "none")
+    flags = {"draft": BY_NAME["draft"].accept("none")} if where == "flag" else {}
+    resolved = config.resolve(["model", "draft", "spec"], flags,
+                              profile="p" if where == "profile" else None)
+    load = LoadSettings.from_settings(resolved)
+    assert load.draft == NO_DRAFT and load.no_draft and wants_draft(load) is None
+
+
+def test_an_unset_draft_is_the_presets_own(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECCHAT_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.delenv("SPECCHAT_DRAFT", raising=False)
+    load = LoadSettings.from_settings(config.resolve(["model", "draft", "spec"], {}))
+    assert load.draft is None and wants_draft(load) == "qwen2.5-coder-0.5b"
+    assert wants_draft(LoadSettings(spec=Spec.OFF)) is None  # off never loads a draft
+
+
 @pytest.mark.parametrize(("name", "text", "message"), [
     ("temperature", "hot", "needs a number"), ("top_p", "3", "top_p must be in (0, 1]"),
     ("spec", "fast", "must be one of auto, draft, ngram, off"), ("ctx", "8", "0 or >= 16"),
-    ("seed", "-2", "seed must be >= 0, or -1 for a random seed"), ("plain", "maybe", "true or false"), ("port", "70000", "65535"),
+    ("seed", "-2", "seed must be >= 0, or -1 for a random seed"),
+    ("plain", "maybe", "true or false"), ("port", "70000", "65535"),
     ("prompt_cache", "1X", "needs a size like 2G"),
 ])
 def test_bad_text_values_say_what_is_allowed(name: str, text: str, message: str) -> None:

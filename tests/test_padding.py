@@ -24,6 +24,7 @@ from specchat.engine.auto import AutoState
 from specchat.engine.cost import CostTable
 from specchat.engine.drafters import DraftModelDrafter
 from specchat.engine.events import Finished
+from specchat.engine.loop import Hooks
 from specchat.engine.options import SamplingOptions
 from specchat.engine.padding import pad_row, shared_logits
 from specchat.engine.sampling import sample
@@ -109,7 +110,7 @@ def test_auto_drafts_with_a_padded_pair_and_stays_exact() -> None:
     for seed in range(8000):
         state = cheap_draft_state()
         sampled = dataclasses.replace(opts, sampling=dataclasses.replace(PLAIN, seed=seed))
-        *_, fin = loop.generate(target, PROMPT, sampled, draft=draft, auto=state)
+        *_, fin = loop.generate(target, PROMPT, sampled, draft=draft, hooks=Hooks(auto=state))
         assert isinstance(fin, Finished)
         result.counts[fin.tokens] += 1
         decisions += state.decisions["draft"]

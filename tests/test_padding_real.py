@@ -31,7 +31,8 @@ from specchat.llm import (
     load_model,
     read_vocab_info,
 )
-from specchat.llm.backend import LlamaModel, requantize
+from specchat.llm.files import requantize
+from specchat.llm.model import LlamaModel
 from tests.gguf_pad import write_padded_copy
 from tests.test_engine_real import (
     PROMPTS,

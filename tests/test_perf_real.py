@@ -13,8 +13,10 @@ import pytest
 from specchat.bench import prompts as bp
 from specchat.bench.peer import PEER, ChatCompletionPeer
 
-backend = pytest.importorskip("specchat.llm.backend",
+llama_cpp = pytest.importorskip("llama_cpp",
                               reason="llama-cpp-python is not installed (see backends/)")
+backend = pytest.importorskip("specchat.llm.model")
+files = pytest.importorskip("specchat.llm.files")
 
 pytestmark = pytest.mark.real
 PROMPT = "The quick brown fox jumps over the lazy dog. In 1969, humans first walked on the"
@@ -42,7 +44,7 @@ def test_flash_attention_and_threads_change_the_cost_not_the_answer(smol_path: P
 
 
 def test_chat_completion_peer_answers_greedily_and_counts_every_token(smol_path: Path) -> None:
-    llm = backend.plain_chat_llama(smol_path, n_ctx=512, n_threads=1, n_gpu_layers=0)
+    llm = files.plain_chat_llama(smol_path, n_ctx=512, n_threads=1, n_gpu_layers=0)
     try:
         peer = ChatCompletionPeer(llm)
         prompt = bp.BenchPrompt("p", "qa", "What is the capital of France?")

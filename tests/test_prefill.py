@@ -10,11 +10,11 @@ import pytest
 
 from specchat.engine.drafters import PREFILL_CHUNK, fill_cache
 from specchat.engine.events import Finished, Progress
-from specchat.engine.loop import generate
+from specchat.engine.loop import Hooks, generate
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.stats import Stats
-from specchat.progress import PrefillProgress, progress_text
-from specchat.report import summary_line
+from specchat.term.progress import PrefillProgress, progress_text
+from specchat.term.summary import summary_line
 from tests.fakes import FakeModel
 
 OFF = GenerationOptions(sampling=SamplingOptions(temperature=0.0), max_tokens=5, spec="off")
@@ -48,8 +48,8 @@ def test_progress_reports_every_chunk_and_the_first_token_time_is_recorded() -> 
     prompt = long_prompt(3 * PREFILL_CHUNK + 10)
     clock = ticking()
     seen: list[Progress] = []
-    events = list(generate(model, prompt, OFF, clock=lambda: next(clock),
-                           progress=seen.append))
+    hooks = Hooks(clock=lambda: next(clock), progress=seen.append)
+    events = list(generate(model, prompt, OFF, hooks=hooks))
     assert [p.done for p in seen] == [PREFILL_CHUNK, 2 * PREFILL_CHUNK, 3 * PREFILL_CHUNK,
                                       len(prompt) - 1]
     assert {p.total for p in seen} == {len(prompt) - 1}
@@ -74,7 +74,7 @@ def test_restore_hook_runs_first_and_counts_as_cached() -> None:
         model.eval(list(tokens[:600]), [-1])  # what loading a saved state does
         return 600
 
-    fin = list(generate(model, prompt, OFF, restore=restore))[-1]
+    fin = list(generate(model, prompt, OFF, hooks=Hooks(restore=restore)))[-1]
     assert isinstance(fin, Finished)
     assert calls == [prompt[:-1]]
     assert fin.stats.prompt_restored == 600
@@ -90,7 +90,7 @@ def test_ctrl_c_between_chunks_leaves_a_consistent_prefix() -> None:
         if progress.done >= 2 * PREFILL_CHUNK:
             raise KeyboardInterrupt
 
-    events = generate(model, prompt, OFF, progress=interrupt)
+    events = generate(model, prompt, OFF, hooks=Hooks(progress=interrupt))
     with pytest.raises(KeyboardInterrupt):
         next(events)
     assert list(model.tokens) == prompt[: 2 * PREFILL_CHUNK]
@@ -141,7 +141,7 @@ def test_abort_flag_turns_sigint_into_an_abort_and_then_a_keyboard_interrupt() -
     import os
     import signal
 
-    from specchat.llm.helpers import AbortFlag
+    from specchat.llm.hooks import AbortFlag
 
     flag = AbortFlag()
     with flag.armed() as armed:
@@ -161,7 +161,7 @@ def test_abort_flag_turns_sigint_into_an_abort_and_then_a_keyboard_interrupt() -
 def test_abort_flag_leaves_someone_elses_sigint_handler_alone() -> None:
     import signal
 
-    from specchat.llm.helpers import AbortFlag
+    from specchat.llm.hooks import AbortFlag
 
     def mine(_signum: int, _frame: object) -> None:
         return None

@@ -12,11 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specchat.backend.loading import open_runtime
+from specchat.backend.local import Runtime
+from specchat.backend.promptcache import PromptCache
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.llm import load_model
-from specchat.promptcache import PromptCache
-from specchat.runtime import LoadSettings, Runtime, open_runtime
+from specchat.settings.load import LoadSettings
 from tests.tmux import keys, wait_for
 
 pytestmark = pytest.mark.real

@@ -19,9 +19,9 @@ from specchat.models import (
     find_preset,
     load_presets,
     resolve_model,
-    user_config_path,
 )
 from specchat.models.presets import parse_presets
+from specchat.paths import user_models_file
 from tests.wheelfactory import gguf_bytes, isolate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,7 +88,7 @@ def test_xdg_locations_without_specchat_home(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.delenv("SPECCHAT_HOME")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xc"))
-    assert user_config_path() == tmp_path / "cfg" / "specchat" / "models.toml"
+    assert user_models_file() == tmp_path / "cfg" / "specchat" / "models.toml"
     assert cache_dir() == tmp_path / "xc" / "specchat" / "models"
     monkeypatch.setenv("SPECCHAT_CACHE", str(tmp_path / "explicit"))
     assert cache_dir() == tmp_path / "explicit"
@@ -119,7 +119,7 @@ def test_malformed_toml_names_file_and_line(home: Path) -> None:
     (MINIMAL.replace('sha256 = "%s"' % ("ab" * 32), ''), "needs 'sha256'"),
     (MINIMAL.replace('size = 8', 'size = 8\ndraft = "nope"'), "draft 'nope' is not a preset"),
     (MINIMAL + MINIMAL, "defined twice"),
-    (MINIMAL.split("[[model.source]]")[0], "needs at least one [[model.source]]"),
+    (MINIMAL.split("[[model.source]]", maxsplit=1)[0], "needs at least one [[model.source]]"),
     ('[models]\nx = 1\n', "unknown top-level key"),
     (MINIMAL.replace('name = "tiny"', 'name = "my model"'), "preset name"),
 ], ids=lambda v: v if len(v) < 40 and "\n" not in v else "toml")

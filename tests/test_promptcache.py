@@ -12,10 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specchat import promptcache as pc
+from specchat.backend import promptcache as pc
+from specchat.backend.promptcache import PromptCache
 from specchat.engine.drafters import fill_cache
 from specchat.errors import ModelError, UsageError
-from specchat.promptcache import PromptCache, prompt_cache_dir, size_limit
+from specchat.paths import prompt_cache_dir
+from specchat.settings.schema import env_values, parse_size
 from tests.fakes import FakeModel
 
 
@@ -223,17 +225,16 @@ def test_where_it_lives(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(("value", "expected"), [
-    ("", pc.DEFAULT_LIMIT), ("0", 0), ("off", 0), ("500M", 500 * 1024**2),
+    ("2G", pc.DEFAULT_LIMIT), ("0", 0), ("off", 0), ("500M", 500 * 1024**2),
     ("2G", 2 * 1024**3), ("1.5g", int(1.5 * 1024**3)), ("4096", 4096), ("64MiB", 64 * 1024**2),
 ])
 def test_size_limit_values(value: str, expected: int) -> None:
-    assert size_limit(value) == expected
+    assert parse_size(value) == expected
 
 
-def test_size_limit_refuses_nonsense(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(pc.SIZE_ENV, "lots")
-    with pytest.raises(UsageError, match="SPECCHAT_PROMPT_CACHE"):
-        size_limit()
+def test_size_limit_refuses_nonsense() -> None:
+    with pytest.raises(UsageError, match="SPECCHAT_PROMPT_CACHE.*2G or 500M"):
+        env_values(["prompt_cache"], {"SPECCHAT_PROMPT_CACHE": "lots"})
 
 
 class StatefulWordModel(StatefulFake):

@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from specchat.backend.remote import RemoteRuntime, base_url
 from specchat.chat import commands
 from specchat.chat.render import RenderConfig, Renderer, status_text
 from specchat.chat.session import ChatSession
 from specchat.chat.store import Store
 from specchat.engine.events import Chunk, Finished
 from specchat.errors import SpecchatError, UsageError
-from specchat.options import BY_NAME, GENERATION, group
-from specchat.remote import RemoteRuntime, base_url
 from specchat.serve.app import ServeConfig, create_app
 from specchat.serve.worker import READY, Worker
+from specchat.settings.schema import BY_NAME, GENERATION, group
 from tests import chat_fakes as f
 
 DEFAULTS = {name: BY_NAME[name].default for name in group(GENERATION) if name != "system"}
@@ -27,7 +27,7 @@ DEFAULTS = {name: BY_NAME[name].default for name in group(GENERATION) if name !=
 
 @pytest.fixture
 def server() -> Iterator[TestClient]:
-    worker = Worker(lambda: f.runtime(), 4)
+    worker = Worker(f.runtime, 4)
     worker.start()
     while worker.state != READY:
         assert worker.state == "loading"

@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 from specchat.engine.events import Chunk, Finished
 from specchat.engine.loop import generate
 from specchat.engine.options import GenerationOptions, SamplingOptions
-from specchat.options import BY_NAME, GENERATION, group
 from specchat.serve.app import ServeConfig, create_app, model_aliases
 from specchat.serve.worker import READY, Done, Job, Worker
+from specchat.settings.schema import BY_NAME, GENERATION, group
 from tests.fake_runtime import chat_encode, encode, fake_model, fake_runtime
 from tests.fakes import FakeModel
 

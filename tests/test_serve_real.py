@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 openai = pytest.importorskip("openai")
-pytest.importorskip("specchat.llm.backend", reason="llama-cpp-python is not installed")
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import itertools
 import json
 
 from specchat.engine.events import Finished
-from specchat.engine.loop import generate
+from specchat.engine.loop import Hooks, generate
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.stats import Stats, StatsBuilder
 from tests.fakes import FakeModel
@@ -40,7 +40,8 @@ def run(spec: str, temp: float) -> Finished:
     ticks = itertools.count()
     options = GenerationOptions(sampling=SamplingOptions(temperature=temp, seed=1),
                                 max_tokens=120, spec=spec, draft_max=4)
-    *_, fin = generate(target, prompt, options, draft=draft, clock=lambda: float(next(ticks)))
+    hooks = Hooks(clock=lambda: float(next(ticks)))
+    *_, fin = generate(target, prompt, options, draft=draft, hooks=hooks)
     assert isinstance(fin, Finished)
     return fin
 
@@ -103,7 +104,7 @@ def timed_run(spec: str) -> Finished:
     prompt = [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3]
     options = GenerationOptions(sampling=SamplingOptions(temperature=0.0), max_tokens=60,
                                 spec=spec, draft_max=4)
-    *_, fin = generate(target, prompt, options, clock=lambda: now[0])
+    *_, fin = generate(target, prompt, options, hooks=Hooks(clock=lambda: now[0]))
     assert isinstance(fin, Finished)
     return fin
 

@@ -14,16 +14,17 @@ from specchat.engine.options import GenerationOptions, SamplingOptions
 from tests import chat_fakes as f
 from tests.test_chat_repl import CTRL_D, ENTER, drive
 
-pytest.importorskip("specchat.llm.backend", reason="llama-cpp-python is not installed")
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 pytestmark = pytest.mark.real
 
 
 def test_model_switch_keeps_the_conversation(real_model_path: Callable[[str], Path],
                                              tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from specchat.backend.loading import open_runtime
     from specchat.chat.render import RenderConfig, Renderer
     from specchat.chat.session import ChatSession
-    from specchat.runtime import LoadSettings, open_runtime
+    from specchat.settings.load import LoadSettings
 
     smol, gemma = real_model_path("smollm2-135m"), real_model_path("gemma3-270m")
     monkeypatch.setenv("SPECCHAT_CACHE", str(smol.parent))

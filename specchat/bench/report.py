@@ -16,10 +16,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from specchat.backend.calibration import calibration_rows
 from specchat.bench import ttft
 from specchat.bench.peer import PEER
 from specchat.bench.runner import BASELINE, BenchResult, RunRecord
-from specchat.calibration import calibration_rows
 from specchat.engine.auto import AutoState
 
 OVERALL = "overall"

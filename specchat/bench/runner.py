@@ -17,16 +17,16 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from specchat.backend.local import Runtime
+from specchat.backend.promptcache import PromptCache
 from specchat.bench.prompts import BenchPrompt
 from specchat.bench.ttft import FirstToken, warm_first_token
 from specchat.engine.events import Chunk, Event, Finished, drain
-from specchat.engine.options import SPEC_MODES, GenerationOptions
+from specchat.engine.options import SPEC_MODES, GenerationOptions, Spec
 from specchat.engine.protocol import common_prefix
 from specchat.errors import UsageError
-from specchat.promptcache import PromptCache
-from specchat.runtime import Runtime
 
-BASELINE = "off"
+BASELINE = Spec.OFF
 WARMUP_TOKENS = 8
 
 

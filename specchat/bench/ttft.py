@@ -18,12 +18,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from specchat.backend.local import Runtime
+from specchat.backend.promptcache import PromptCache
 from specchat.bench.prompts import BenchPrompt
 from specchat.engine.events import drain
-from specchat.engine.options import GenerationOptions
+from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.stats import Stats
-from specchat.promptcache import PromptCache
-from specchat.runtime import Runtime
 
 OVERALL = "overall"
 
@@ -50,11 +50,11 @@ def warm_first_token(runtime: Runtime, prompt: BenchPrompt, tokens: Sequence[int
     """
     runtime.prompt_cache = cache
     try:
-        runtime.remember_prompt(tokens, Stats(mode="off", prompt_tokens=len(tokens)))
+        runtime.remember_prompt(tokens, Stats(mode=Spec.OFF, prompt_tokens=len(tokens)))
         runtime.target.truncate(0)
         if runtime.draft is not None:
             runtime.draft.truncate(0)
-        finished = drain(runtime.stream(tokens, options.with_values(spec="off", max_tokens=1)))
+        finished = drain(runtime.stream(tokens, options.with_values(spec=Spec.OFF, max_tokens=1)))
     finally:
         runtime.prompt_cache = None
         cache.clear()  # one prompt's state at a time: the run's disk use stays small

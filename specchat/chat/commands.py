@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specchat.chat import clipboard, settings, switch
+from specchat.chat import clipboard, live, switch
 from specchat.chat.session import ChatSession
 from specchat.engine.options import SPEC_MODES
 from specchat.errors import UsageError
@@ -67,7 +67,7 @@ def _show(session: ChatSession, arg: str) -> None:
         f"system    {conv.system or '(none)'}",
         f"saved to  {session.store.path or '(a new file, with the first turn)'} "
         f"({len(conv.turns)} turns)",
-        "options   " + settings.show_line(session),
+        "options   " + live.show_line(session),
     ]
     session.renderer.lines(lines + [f"note      {n}" for n in info.notes])
 
@@ -182,7 +182,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("help", "[command]", "this list, or one command's usage", _help, _command_names,
             aliases=("?",)),
     Command("set", "<option> <value>", "change a sampling or speculation option (no "
-            "argument: list them)", settings.set_command, settings.complete_set),
+            "argument: list them)", live.set_command, live.complete_set),
     Command("show", "", "model files, chat template, context use, options", _show),
     Command("system", "<text>", "set the system prompt (- removes it; none: show it)",
             _system),
@@ -193,7 +193,7 @@ COMMANDS: tuple[Command, ...] = (
             "replaces a file", _save),
     Command("save!", "<file>", "save a copy, replacing an existing file", _save_over),
     Command("save-settings", "[file]", "write the current settings to the config file "
-            "(comments and profiles kept)", settings.save_command),
+            "(comments and profiles kept)", live.save_command),
     Command("load", "<file>", "continue a saved conversation", _load),
     Command("read", "<file>", "attach a file's text to your next message", switch.read),
     Command("copy", "[N]", "copy the last answer, or its code block N, to the clipboard",

@@ -1,6 +1,7 @@
 """Terminal output of the chat: the streaming answer, the live status line, notes.
 
-On a terminal (stdout and stderr both TTYs, NO_COLOR unset or empty) the answer streams inside a rich
+On a terminal (stdout and stderr both TTYs, NO_COLOR unset or empty) the answer streams inside a
+rich
 Live region on stderr that shows the tail of the answer plus the status line; when the answer
 ends the region vanishes and the finished answer is printed once to stdout, as Markdown with
 highlighted code unless --plain. So stdout receives exactly the answer, the status line never
@@ -26,8 +27,9 @@ from rich.text import Text
 
 from specchat.chat.conversation import Turn
 from specchat.engine.events import Chunk, Finished, Progress
+from specchat.engine.options import Spec
 from specchat.engine.stats import Stats
-from specchat.progress import SHOW_AFTER_SECONDS, progress_text
+from specchat.term.progress import SHOW_AFTER_SECONDS, progress_text
 
 DRAFT_STYLE = "green"
 LIVE_MARKDOWN_CHARS = 4000
@@ -72,7 +74,7 @@ def _speedup_label(stats: Stats) -> str | None:
     est = speedup_estimate(stats)
     if est is None:
         return None
-    return "1.00x" if stats.mode == "off" else f"≈{est:.2f}x est."
+    return "1.00x" if stats.mode == Spec.OFF else f"≈{est:.2f}x est."
 
 
 def status_text(stats: Stats | None, draft_name: str | None) -> str:
@@ -81,7 +83,7 @@ def status_text(stats: Stats | None, draft_name: str | None) -> str:
         return "reading the prompt…"
     parts = [_mode_label(stats.mode, draft_name)]
     remote = stats.mode.startswith("remote")  # a server's figures: no k, maybe no steps
-    if stats.mode != "off" and (stats.steps or not remote):
+    if stats.mode != Spec.OFF and (stats.steps or not remote):
         if not remote:
             parts.append(f"k={stats.last_k}")
         acc = stats.acceptance
@@ -100,7 +102,7 @@ def summary_text(stats: Stats, draft_name: str | None, reason: str | None) -> st
              _mode_label(stats.mode, draft_name)]
     if stats.drafted:
         parts.append(f"acc {stats.acceptance or 0:.0%}")
-    if stats.mode != "off" and stats.mode != "remote":
+    if stats.mode not in (Spec.OFF, "remote"):
         parts.append(f"{stats.tokens_per_step:.2f} tok/step")
     label = _speedup_label(stats)
     if label is not None:
@@ -207,7 +209,7 @@ class AnswerView:
         if token_bytes is not None and len(chunk.tokens) == len(chunk.from_draft):
             pieces = [token_bytes(t).decode("utf-8", errors="replace") for t in chunk.tokens]
             if "".join(pieces) == chunk.text:
-                return list(zip(pieces, chunk.from_draft))
+                return list(zip(pieces, chunk.from_draft, strict=True))
         drafted = sum(chunk.from_draft) * 2 > len(chunk.from_draft)
         return [(chunk.text, drafted)]
 

@@ -1,7 +1,8 @@
 """The prompt-toolkit REPL: reading lines, multi-line input, completion, the main loop.
 
 Keys: Enter sends; Esc then Enter inserts a newline; Ctrl-R searches earlier prompts
-(prompt-toolkit's reverse search; Enter takes the found line); a message that starts with \"\"\" goes on
+(prompt-toolkit's reverse search; Enter takes the found line); a message that starts with
+\"\"\" goes on
 until the closing \"\"\"; bracketed paste inserts pasted newlines without sending. Ctrl-C
 clears a non-empty line and leaves on an empty one (exit 130); Ctrl-D on an empty line
 leaves with 0. Ctrl-C during an answer is handled by ChatSession.ask (the answer stops).
@@ -69,9 +70,10 @@ class SlashCompleter(Completer):
                     yield Completion(cmd.name, start_position=-len(words[0]),
                                      display_meta=cmd.help)
             return
-        cmd = lookup(words[0])
-        if cmd is None:
+        found = lookup(words[0])
+        if found is None:
             return
+        cmd = found
         if cmd.name in ("load", "save", "save!", "read", "save-settings"):
             sub = Document(text.split(" ", 1)[1])
             yield from self.paths.get_completions(sub, complete_event)
@@ -86,7 +88,7 @@ class SlashCompleter(Completer):
 
 def key_bindings() -> KeyBindings:
     kb = KeyBindings()
-    block_open = Condition(lambda: _current_text_in_block())
+    block_open = Condition(_current_text_in_block)
     # While Ctrl-R searches, Enter belongs to the search (it accepts the found line).
     typing = ~is_searching
 
@@ -155,7 +157,7 @@ def run(chat: ChatSession, prompt: PromptSession[str]) -> int:
             chat.renderer.note("interrupted")
         except SpecchatError as exc:
             chat.renderer.error(str(exc))
-        except Exception as exc:  # a bug or a C-level failure: one line, the chat goes on
+        except Exception as exc:  # noqa: BLE001 - a bug or a C failure: one line, chat goes on
             chat.report(exc)
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specchat.backend.base import Backend, Message
 from specchat.chat.attach import (
     Attachment,
     check_fits,
@@ -23,10 +24,9 @@ from specchat.chat.render import Renderer
 from specchat.chat.store import Store, load_conversation, save_copy
 from specchat.chat.tally import Tally
 from specchat.engine.events import Finished, Progress, drain
-from specchat.engine.options import GenerationOptions, OptionError
+from specchat.engine.options import GenerationOptions, OptionError, Spec
 from specchat.engine.protocol import ContextFullError
 from specchat.errors import SpecchatError, UsageError
-from specchat.runtime import Backend, Message
 from specchat.storage import StorageError
 
 
@@ -63,10 +63,10 @@ class ChatSession:
     def attach(self, name: str) -> int:
         """Read a file for the next message (/read, -f); returns the tokens it takes."""
         attachment = read_attachment(name)
-        n_ctx, raw = self.runtime.n_ctx, getattr(self.runtime, "raw_tokens", None)
+        n_ctx = self.runtime.n_ctx
         tokens = 0  # a remote server's tokenizer is its own: not counted here
-        if n_ctx is not None and raw is not None:
-            tokens = token_count(attachment, raw)
+        if n_ctx is not None:
+            tokens = token_count(attachment, self.runtime.text_tokens)
             check_fits(attachment, tokens, n_ctx)
         self.pending.append(attachment)
         self.attached_tokens += tokens
@@ -104,9 +104,7 @@ class ChatSession:
         n_ctx = self.runtime.n_ctx
         if n_ctx is not None:
             reserve = min(self.options.max_tokens, max(n_ctx // 4, 1))
-            tokenize = self.runtime.chat_tokens
-            assert tokenize is not None  # local models: both or neither
-            fitted = self.conversation.fit(text, tokenize, n_ctx, reserve)
+            fitted = self.conversation.fit(text, self.runtime.prompt_tokens, n_ctx, reserve)
             if fitted.newly_dropped:
                 self.renderer.note(
                     f"context full: the {fitted.newly_dropped} oldest turn"
@@ -194,16 +192,16 @@ class ChatSession:
         self.options = options
         return options
 
-    def use_runtime(self, runtime: Backend, spec: str | None = None) -> None:
+    def use_runtime(self, runtime: Backend, spec: Spec | None = None) -> None:
         """Answer with `runtime` from now on (after /model or /draft); the turns stay."""
         self.runtime = runtime
         options = self.options.with_values(spec=spec) if spec else self.options
         self.options = runtime.effective_options(options)
         self.renderer.draft_name = runtime.info.draft_name
-        self.renderer.token_bytes = getattr(runtime.target, "token_bytes", None)
+        self.renderer.token_bytes = runtime.token_bytes
         models = {"model": runtime.info.target_name, "draft": runtime.info.draft_name}
         self.store.meta.update(models)
-        if self.store.path.exists():
+        if self.store.started:
             self.store.append({"type": "models", **models})
 
     def context_use(self) -> tuple[int, int] | None:
@@ -212,9 +210,7 @@ class ChatSession:
         n_ctx = self.runtime.n_ctx
         if n_ctx is None:
             return None
-        tokenize = self.runtime.chat_tokens
-        assert tokenize is not None  # local models: both or neither
-        return len(tokenize(self.conversation.messages())), n_ctx
+        return len(self.runtime.prompt_tokens(self.conversation.messages())), n_ctx
 
     def report(self, exc: BaseException) -> None:
         """An error as one line; the traceback only into the --verbose log."""

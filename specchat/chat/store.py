@@ -19,24 +19,10 @@ from typing import Any
 from specchat import storage
 from specchat.chat.conversation import Conversation
 from specchat.errors import UsageError
-from specchat.paths import user_path
+from specchat.paths import conversations_dir
 
 FORMAT = "specchat-conversation"
 VERSION = 1
-
-
-def state_dir() -> Path:
-    """$SPECCHAT_HOME/state, else $XDG_STATE_HOME/specchat, else ~/.local/state/specchat."""
-    return user_path("state", "", home_name="state")
-
-
-def conversations_dir() -> Path:
-    return state_dir() / "conversations"
-
-
-def history_file() -> Path:
-    """Where prompt-toolkit keeps the input history (the up-arrow lines)."""
-    return state_dir() / "history"
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specchat import runtime as rt
+from specchat.backend.base import KEEP
 from specchat.chat.session import ChatSession
+from specchat.engine.options import Spec
 from specchat.errors import UsageError
 from specchat.models.complete import model_candidates
+from specchat.settings.schema import NO_DRAFT
 
 
 def read(session: ChatSession, arg: str) -> None:
@@ -50,24 +52,21 @@ def draft(session: ChatSession, arg: str) -> None:
     if not name:
         session.renderer.info(f"draft: {session.runtime.info.draft_name or 'none'}")
         return
-    none = name.lower() == "none"
+    none = name.lower() == NO_DRAFT
     spec = session.options.spec
-    if not none and spec in ("off", "ngram"):
-        spec = "draft"  # asking for a draft model means drafting with it
-    elif none and spec == "draft":
-        spec = "auto"  # nothing left to draft with; auto still uses prompt lookup
-    _switch(session, draft="none" if none else name, spec=spec)
+    if not none and not spec.uses_draft_model:
+        spec = Spec.DRAFT  # asking for a draft model means drafting with it
+    elif none and spec is Spec.DRAFT:
+        spec = Spec.AUTO  # nothing left to draft with; auto still uses prompt lookup
+    _switch(session, draft=NO_DRAFT if none else name, spec=spec)
 
 
-def _switch(session: ChatSession, *, model: str | None = rt.KEEP,
-            draft: str | None = rt.KEEP, spec: str | None = None) -> None:
+def _switch(session: ChatSession, *, model: str | None = KEEP,
+            draft: str | None = KEEP, spec: Spec | None = None) -> None:
     old = session.runtime
-    if not isinstance(old, rt.Runtime):
-        raise UsageError(f"the server at {old.info.endpoint} chooses its own models: "
-                         "restart with another --model to use one of its others")
     mode = spec or session.options.spec
     try:
-        new = rt.switch_models(old, model=model, draft=draft, spec=mode)
+        new = old.switch(model=model, draft=draft, spec=mode)
     except KeyboardInterrupt:
         raise UsageError("switch interrupted; still using "
                          f"{old.info.target_name}") from None
@@ -77,12 +76,14 @@ def _switch(session: ChatSession, *, model: str | None = rt.KEEP,
             from None
     session.use_runtime(new, spec=mode)
     info = new.info
-    used, n_ctx = session.context_use()
+    use = session.context_use()
+    used, n_ctx = use if use is not None else (0, 0)
+    reread = (info.target_name, info.target_path) != (old.info.target_name, old.info.target_path)
     session.renderer.dim(
         f"now {info.target_name}" + (f" + draft {info.draft_name}" if info.draft_name else "")
         + f" · mode {session.options.spec}"
         + (f" · the conversation ({used} of {n_ctx} tokens) is read again by the new target "
-           "with your next message" if new.target is not old.target and used else ""))
+           "with your next message" if reread and used else ""))
 
 
 def _reason(exc: BaseException) -> str:

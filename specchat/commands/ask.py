@@ -7,24 +7,27 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Annotated, Optional
 
 import typer
 
-from specchat import output
+from specchat.backend.base import Backend, Events, Message, ProgressCallback
+from specchat.backend.loading import open_runtime
+from specchat.backend.promptcache import PromptCache
 from specchat.chat.attach import Attachment, compose, measure, read_files
 from specchat.commands import common as c
-from specchat.config import Settings
-from specchat.engine.events import Chunk, Event, Finished, drain
-from specchat.engine.loop import ProgressCallback
+from specchat.engine.events import Chunk, Finished, drain
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, UsageError
-from specchat.optflags import with_options
-from specchat.progress import PrefillProgress
-from specchat.promptcache import PromptCache, prompt_cache_dir, size_limit
-from specchat.report import summary_line
-from specchat.runtime import Backend, Message, open_runtime
+from specchat.paths import prompt_cache_dir
+from specchat.settings.file import Settings
+from specchat.settings.flags import with_options
+from specchat.settings.load import LoadSettings
+from specchat.settings.schema import parse_size
+from specchat.term import output
+from specchat.term.progress import PrefillProgress
+from specchat.term.summary import summary_line
 
 
 def register(app: typer.Typer) -> None:
@@ -56,7 +59,8 @@ def ask(
         raise typer.Exit(EXIT_INTERRUPTED)
     if json_out:
         out = answer_json(backend, finished)
-        out["attachments"] = [{"name": a.name, "tokens": n} for a, n in zip(attached, counts)]
+        out["attachments"] = [{"name": a.name, "tokens": n}
+                              for a, n in zip(attached, counts, strict=True)]
         output.write(json.dumps(out, ensure_ascii=False) + "\n")
     if stats:
         print(summary_line(finished.stats, finished.reason), file=sys.stderr)
@@ -67,7 +71,7 @@ def ask(
 def attachments_line(attached: list[Attachment], counts: list[int | None]) -> str:
     if any(n is None for n in counts):  # counted by a remote server, not here
         return f"attachments: {', '.join(a.name for a in attached)}"
-    names = ", ".join(f"{a.name} {n} tok" for a, n in zip(attached, counts))
+    names = ", ".join(f"{a.name} {n} tok" for a, n in zip(attached, counts, strict=True))
     return f"attachments: {sum(n or 0 for n in counts)} tokens ({names})"
 
 
@@ -103,11 +107,11 @@ Answer = tuple[Finished | None, Backend, list[int | None]]
 def _ask_local(settings: Settings, options: GenerationOptions, attached: list[Attachment],
                text: str, raw: bool, echo: bool) -> Answer:
     """Local models: the prompt cache, attachment token counts, the context check."""
-    cache_limit = size_limit(settings["prompt_cache"])
-    with open_runtime(c.load_settings(settings, quiet=not echo)) as runtime:
+    cache_limit = parse_size(settings["prompt_cache"])
+    with open_runtime(LoadSettings.from_settings(settings, quiet=not echo)) as runtime:
         runtime.prompt_cache = PromptCache(prompt_cache_dir(), cache_limit)
-        counts: list[int | None] = list(measure(attached, runtime.raw_tokens,
-                                                runtime.target.n_ctx))
+        counts: list[int | None] = list(measure(attached, runtime.text_tokens,
+                                                runtime.n_ctx))
         message = compose(attached, text)
         tokens = runtime.fitting(runtime.raw_tokens(message) if raw else
                                  runtime.chat_tokens(messages_for(message, settings["system"])))
@@ -129,7 +133,7 @@ def _ask_remote(settings: Settings, options: GenerationOptions, attached: list[A
     return finished, backend, [None] * len(attached)  # the server's tokenizer is its own
 
 
-def stream_answer(start: Callable[[ProgressCallback | None], Iterator[Event]],
+def stream_answer(start: Callable[[ProgressCallback | None], Events],
                   echo: bool) -> Finished | None:
     """Stream chunks to stdout; None when Ctrl-C stopped the answer (or its prefill)."""
     progress = PrefillProgress(enabled=None if echo else False)
@@ -157,7 +161,6 @@ def stream_answer(start: Callable[[ProgressCallback | None], Iterator[Event]],
 
 
 def answer_json(backend: Backend, finished: Finished) -> dict[str, object]:
-    auto = getattr(backend, "auto", None)  # local models only
     return {
         "text": finished.text,
         "tokens": list(finished.tokens),
@@ -165,5 +168,5 @@ def answer_json(backend: Backend, finished: Finished) -> dict[str, object]:
         "model": backend.info.target_name,
         "draft": backend.info.draft_name,
         "stats": finished.stats.to_dict(),
-        "auto": auto.explain() if auto is not None and finished.stats.mode == "auto" else None,
+        "auto": backend.explain(finished.stats),
     }

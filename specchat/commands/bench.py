@@ -25,7 +25,11 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from specchat import output, storage
+from specchat import storage
+from specchat.backend.loading import open_runtime
+from specchat.backend.local import Runtime
+from specchat.backend.promptcache import PromptCache
+from specchat.backend.tuning import measured_auto_state
 from specchat.bench import prompts as bp
 from specchat.bench import ttft
 from specchat.bench.peer import ChatCompletionPeer
@@ -39,15 +43,15 @@ from specchat.bench.report import (
 )
 from specchat.bench.runner import BenchResult, Step, parse_modes, run_bench
 from specchat.commands import common as c
-from specchat.config import Settings
+from specchat.engine.options import Spec
 from specchat.errors import EXIT_INTERRUPTED, ModelError, SpecchatError, UsageError
-from specchat.optflags import with_options
-from specchat.options import MODEL, group
-from specchat.promptcache import PromptCache
-from specchat.runtime import LoadSettings, Runtime, open_runtime
-from specchat.tuning import measured_auto_state
+from specchat.settings.file import Settings
+from specchat.settings.flags import with_options
+from specchat.settings.load import LoadSettings
+from specchat.settings.schema import MODEL, group
+from specchat.term import output
 
-DEFAULT_MODES = ("auto", "ngram", "draft")
+DEFAULT_MODES = (Spec.AUTO, Spec.NGRAM, Spec.DRAFT)
 DEFAULT_MAX_TOKENS = 128
 
 
@@ -88,16 +92,20 @@ def bench(
         "break-even acceptance), then exit.")] = False,
     *, settings: Settings,
 ) -> None:
-    options = c.options_from(settings).with_values(spec="off")
+    options = c.options_from(settings).with_values(spec=Spec.OFF)
     ctx = settings["ctx"]
     mode_list = parse_modes(modes, DEFAULT_MODES)
     chosen = [] if calibrate else _chosen_prompts(file, categories, limit)
     _check_writable(json_file)
-    loading = replace(c.load_settings(settings, quiet=json_file == "-"),
+    loading = replace(LoadSettings.from_settings(settings, quiet=json_file == "-"),
                       spec=_load_spec(mode_list, calibrate))
     with open_runtime(loading) as runtime:
         if calibrate:
-            state = measured_auto_state(runtime, replace(loading, quiet=False), force=True)
+            if runtime.tuned is None:
+                raise ModelError("these models cannot be calibrated")
+            tuned = replace(runtime.tuned, settings=replace(loading, quiet=False))
+            state, closers = measured_auto_state(tuned, force=True)
+            runtime.closers[:0] = closers  # what was measured and learnt is kept
             print_calibration(Console(), state, runtime.info.target_name,
                               runtime.info.draft_name)
             return
@@ -123,7 +131,7 @@ def _plain_peer(runtime: Runtime, loading: LoadSettings) -> ChatCompletionPeer |
     """llama-cpp-python's Llama on the target's file, with specchat's thread count; closed
     with the runtime. None (with a note) when it cannot load that file."""
     from specchat.llm import plain_chat_llama
-    from specchat.llm.helpers import default_threads
+    from specchat.llm.ggml import default_threads
 
     try:
         llm = plain_chat_llama(runtime.info.target_path, n_ctx=runtime.target.n_ctx,
@@ -155,21 +163,21 @@ def _check_writable(json_file: str | None) -> None:
         raise UsageError(f"--json {json_file} is a directory")
 
 
-def _load_spec(modes: list[str], calibrate: bool) -> str:
+def _load_spec(modes: list[str], calibrate: bool) -> Spec:
     """The spec that makes open_runtime load a draft model exactly when a mode needs one."""
-    if "draft" in modes or calibrate:
-        return "draft"
-    return "auto" if "auto" in modes else "ngram"
+    if Spec.DRAFT in modes or calibrate:
+        return Spec.DRAFT
+    return Spec.AUTO if Spec.AUTO in modes else Spec.NGRAM
 
 
 def _available_modes(runtime: Runtime, modes: list[str], explicit: bool) -> list[str]:
-    if "draft" not in modes or runtime.draft is not None:
+    if Spec.DRAFT not in modes or runtime.draft is not None:
         return modes
     if explicit:
         raise UsageError("--modes draft needs a draft model: pass --draft NAME_OR_PATH, or "
                          "leave draft out of --modes")
     print("specchat: note: no draft model loaded, so mode draft is left out", file=sys.stderr)
-    return [m for m in modes if m != "draft"]
+    return [m for m in modes if m != Spec.DRAFT]
 
 
 @contextmanager

@@ -12,24 +12,21 @@ import typer
 from prompt_toolkit.output import Output, create_output
 
 from specchat import storage
+from specchat.backend.base import Backend
+from specchat.backend.loading import open_runtime
 from specchat.chat import repl
 from specchat.chat.attach import Attachment, measure, read_files
 from specchat.chat.conversation import Conversation
 from specchat.chat.render import RenderConfig, Renderer
 from specchat.chat.session import ChatSession, ErrorLog
-from specchat.chat.store import (
-    Store,
-    history_file,
-    latest_file,
-    load_conversation,
-    state_dir,
-)
+from specchat.chat.store import Store, latest_file, load_conversation
 from specchat.commands import common as c
-from specchat.config import Settings
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
-from specchat.optflags import with_options
-from specchat.runtime import Backend, Runtime, open_runtime
+from specchat.paths import input_history_file, logs_dir
+from specchat.settings.file import Settings
+from specchat.settings.flags import with_options
+from specchat.settings.load import LoadSettings
 from specchat.storage import StorageError
 
 
@@ -63,7 +60,7 @@ def chat(
     conversation, store = pick_conversation(continue_, load)  # a bad file fails before loading
     try:
         backend: Backend = c.open_remote(settings, options) if settings["endpoint"] else \
-            open_runtime(c.load_settings(settings, quiet=piped))
+            open_runtime(LoadSettings.from_settings(settings, quiet=piped))
         with backend as runtime:
             session = make_session(runtime, options, conversation, store, errors,
                                    plain=settings["plain"], show_draft=settings["show_draft"])
@@ -72,7 +69,7 @@ def chat(
             code = one_shot(session, question) if piped else interactive(session)
     except (SpecchatError, KeyboardInterrupt, typer.Exit, BrokenPipeError):
         raise
-    except Exception as exc:  # keep tracebacks out of the terminal; --verbose logs them
+    except Exception as exc:  # noqa: BLE001 - no tracebacks in the terminal; --verbose logs
         errors.record(exc)
         raise SpecchatError(f"{type(exc).__name__}: {exc} ({errors.hint()})") from None
     if code:
@@ -115,12 +112,12 @@ def attach(session: ChatSession, attached: list[Attachment]) -> None:
         return
     session.pending = list(attached)
     runtime = session.runtime
-    if runtime.n_ctx is None or not isinstance(runtime, Runtime):
+    if runtime.n_ctx is None:
         names = ", ".join(a.name for a in attached)  # a server's tokens are its own to count
     else:
-        counts = measure(attached, runtime.raw_tokens, runtime.n_ctx)
+        counts = measure(attached, runtime.text_tokens, runtime.n_ctx)
         session.attached_tokens += sum(counts)
-        names = ", ".join(f"{a.name} ({n} tokens)" for a, n in zip(attached, counts))
+        names = ", ".join(f"{a.name} ({n} tokens)" for a, n in zip(attached, counts, strict=True))
     if session.renderer.config.summary:
         session.renderer.dim(f"attached {names}: they go with the first message")
 
@@ -149,7 +146,8 @@ def interactive(session: ChatSession) -> int:
         session.renderer.replay(conv.system, conv.turns)
     how = f"at {info.endpoint}" if info.endpoint else f"mode {session.options.spec}"
     session.renderer.dim(f"specchat · {model} · {how} · /help for commands · Ctrl-D leaves")
-    prompt = repl.make_prompt(session, history_path=history_file(), output=_prompt_output())
+    prompt = repl.make_prompt(session, history_path=input_history_file(),
+                             output=_prompt_output())
     return repl.run(session, prompt)
 
 
@@ -162,7 +160,7 @@ def _prompt_output() -> Output:
 
 
 def open_error_log() -> ErrorLog:
-    logs = state_dir() / "logs"
+    logs = logs_dir()
     try:
         # Created private and exclusive first: logging would create it with the umask's mode.
         path = storage.create_unique(logs, time.strftime("specchat-%Y%m%d-%H%M%S"), ".log")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from specchat.config import Settings, config_path
-from specchat.optflags import with_options
-from specchat.options import BY_NAME, OPTIONS
+from specchat.paths import config_file
+from specchat.settings.file import Settings
+from specchat.settings.flags import with_options
+from specchat.settings.schema import BY_NAME, OPTIONS
 
 app = typer.Typer(help="Show every option's effective value and its source (flag, env, "
                   "profile NAME, file, default); `config path` prints the config file's path.",
@@ -36,4 +37,4 @@ def config(context: typer.Context, *, settings: Settings | None) -> None:
 
 @app.command("path", help="Print the config file's path (whether or not it exists yet).")
 def path() -> None:
-    print(config_path())
+    print(config_file())

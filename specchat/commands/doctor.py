@@ -105,7 +105,7 @@ def collect() -> tuple[list[tuple[str, str]], bool]:
 def _llama_rows() -> tuple[list[tuple[str, str]], str | None]:
     """llama.cpp facts, and the GPU backend it was built with (None: not importable)."""
     try:
-        from specchat.llm.backend import system_info
+        from specchat.llm.files import system_info
     except (ImportError, OSError) as exc:  # OSError: the shared library failed to load
         return [("llama-cpp-python", f"not usable: {exc}")], None
     info = system_info()
@@ -115,16 +115,16 @@ def _llama_rows() -> tuple[list[tuple[str, str]], str | None]:
 
 def _gpu_rows() -> list[tuple[str, str]]:
     """What --n-gpu-layers auto chooses for the default target and draft here."""
-    from specchat.runtime import describe_gpu_fit
+    from specchat.backend.gpu import describe_gpu_fit
 
     return [("gpu fit", describe_gpu_fit())]
 
 
 def _calibration_rows() -> list[tuple[str, str]]:
     """What `auto` measured here: verify cost ratios per model (bench --calibrate: details)."""
-    from specchat.models import cache_dir
+    from specchat.paths import calibration_file
 
-    path = cache_dir().parent / "calibration.json"
+    path = calibration_file()
     try:
         entries = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -145,13 +145,13 @@ def _cache_rows() -> list[tuple[str, str]]:
 
 
 def _models_rows() -> list[tuple[str, str]]:
-    from specchat.models import cache_dir, is_present, load_presets, model_path
+    from specchat.models import cache_dir, load_presets, preset_file, preset_present
 
     cache = cache_dir()
     presets = load_presets()
-    present = [p.name for p in presets.values() if is_present(p)]
-    missing = [p.name for p in presets.values() if not is_present(p)]
-    known = {model_path(p).name for p in presets.values()}
+    present = [p.name for p in presets.values() if preset_present(p)]
+    missing = [p.name for p in presets.values() if not preset_present(p)]
+    known = {preset_file(p).name for p in presets.values()}
     others = sorted(f.name for f in cache.glob("*.gguf") if f.name not in known) \
         if cache.is_dir() else []
     rows = [("cache", f"{cache}{'' if cache.is_dir() else ' (not created yet)'}"),

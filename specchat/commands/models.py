@@ -16,15 +16,17 @@ from specchat.models import (
     DEFAULT_TARGET,
     Preset,
     cache_dir,
+    fetch_preset,
     find_preset,
-    is_present,
     load_presets,
-    model_path,
-    pull_preset,
+    preset_file,
+    preset_present,
 )
-from specchat.models.hfcache import cached_gguf_files, hub_cache_dir
+from specchat.models.hfcache import cached_gguf_files
+from specchat.models.progress import human_size
 from specchat.models.resolve import hub_ref_or_none
-from specchat.models.store import human_size, recorded_sha256
+from specchat.models.store import recorded_sha256
+from specchat.paths import hub_cache_dir
 
 COLUMNS: tuple[str, ...] = ("name", "role", "size", "present", "draft", "path")
 
@@ -37,7 +39,7 @@ def register(app: typer.Typer) -> None:
 
 def models_command(
     as_json: bool = typer.Option(False, "--json", help="Print the presets as JSON."),
-    drafts_for: Optional[str] = typer.Option(  # noqa: UP007 - typer needs Optional
+    drafts_for: Optional[str] = typer.Option(  # Optional, not X | None: typer reads it
         None, "--drafts-for", metavar="MODEL",
         help="List the models that can draft for MODEL, and why the others cannot."),
 ) -> None:
@@ -81,14 +83,14 @@ def pull_command(
         if not isinstance(item, Preset):
             print(resolve_ref(item, quiet=quiet, force=force), flush=True)
             continue
-        if is_present(item) and not force and not quiet:
+        if preset_present(item) and not force and not quiet:
             print(f"specchat: {item.name} is already present", file=sys.stderr)
-        print(pull_preset(item, quiet=quiet, force=force), flush=True)
+        print(fetch_preset(item, quiet=quiet, force=force), flush=True)
 
 
 def _row(preset: Preset) -> dict[str, Any]:
-    path = model_path(preset)
-    present = is_present(preset)
+    path = preset_file(preset)
+    present = preset_present(preset)
     return {
         "name": preset.name,
         "role": preset.role,

@@ -8,12 +8,13 @@ from pathlib import Path
 import typer
 
 from specchat.commands import common as c
-from specchat.config import Settings
 from specchat.errors import UsageError
-from specchat.optflags import with_options
-from specchat.options import GENERATION, MODEL, SERVER, group
+from specchat.settings.file import Settings
+from specchat.settings.flags import with_options
+from specchat.settings.load import LoadSettings
+from specchat.settings.schema import GENERATION, MODEL, SERVER, group
 
-SERVE_OPTIONS = group(MODEL, GENERATION, SERVER) + ("api_key",)
+SERVE_OPTIONS = (*group(MODEL, GENERATION, SERVER), "api_key")
 
 
 def register(app: typer.Typer) -> None:
@@ -23,8 +24,8 @@ def register(app: typer.Typer) -> None:
 
 @with_options(SERVE_OPTIONS)
 def serve(*, settings: Settings) -> None:
+    from specchat.backend.loading import open_runtime
     from specchat.models import DEFAULT_TARGET
-    from specchat.runtime import open_runtime
     from specchat.serve.app import ServeConfig, model_aliases
     from specchat.serve.server import run
 
@@ -33,7 +34,7 @@ def serve(*, settings: Settings) -> None:
                          "request at a time (a llama.cpp context here holds one sequence); "
                          "use --parallel 1, and --queue N for how many may wait")
     c.options_from(settings)  # bad generation defaults fail now, not on the first request
-    load = c.load_settings(settings)
+    load = LoadSettings.from_settings(settings)
     defaults = {name: settings[name] for name in group(GENERATION) if name != "system"}
     model = settings["model"] or DEFAULT_TARGET
     # A file path is no name for clients to send: its file name is (the path works too).

@@ -171,7 +171,9 @@ def _key_name(key: Hashable) -> str:
 
 
 class AutoPolicy:
-    """Drafter and controller in one (the loop consults it through both protocols)."""
+    """The `auto` draft policy (policy.DraftPolicy): per step, prompt lookup, the draft model
+    or a plain step, each with its own k, whichever is expected to give the most tokens per
+    second."""
 
     def __init__(self, state: AutoState, ngram: PromptLookupDrafter,
                  draft: DraftModelDrafter | None, k_max: int) -> None:
@@ -185,21 +187,20 @@ class AutoPolicy:
         self._shadows: list[tuple[Hashable, tuple[int, ...], int]] = []
         state.new_answer()
 
-    # --- Drafter ---------------------------------------------------------------------------
     def prepare(self, context: Sequence[int]) -> None:
         self.ngram.prepare(context)
         if self.draft is not None:
             self.draft.prepare(context)
 
-    def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
+    def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
         self.ngram.prepare(context)  # syncs the index with the committed context
         self._resolve_shadows(context)
         # One index lookup per step: the continuation and the match length both come from it.
         n, start = self.ngram.index.match()
-        avail = self.ngram.index.tokens[start: start + k] if n else []
+        avail = self.ngram.index.tokens[start: start + limit] if n else []
         bucket = AMBIGUOUS if n and self.ngram.index.ambiguous(n) else match_bucket(
             self._match_length(n, start))
-        candidates = self._candidates(context, k, avail, bucket)
+        candidates = self._candidates(context, limit, avail, bucket)
         choice = choose(self.state.target_costs, candidates, self.state.model,
                         overhead=self.state.overhead, optimism=OPTIMISM)
         self.state.last = choice
@@ -220,10 +221,6 @@ class AutoPolicy:
     def reset(self, context: Sequence[int]) -> None:
         if self.draft is not None:
             self.draft.reset(context)
-
-    # --- DraftController -------------------------------------------------------------------
-    def next_k(self) -> int:
-        return self.k_max
 
     def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
                 verify_seconds: float = 0.0) -> None:

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from specchat.engine.acceptance import accept_greedy, accept_sampled
 from specchat.engine.auto import AutoPolicy, AutoState
-from specchat.engine.controller import AdaptiveK, DraftController, FixedK
 from specchat.engine.drafters import (
     EMPTY_DRAFT,
     Draft,
@@ -33,8 +33,9 @@ from specchat.engine.drafters import (
     fill_cache,
 )
 from specchat.engine.events import Chunk, Event, Finished, Progress
-from specchat.engine.options import GenerationOptions
+from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.padding import check_vocab_sizes
+from specchat.engine.policy import Adaptive, DraftPolicy, Plain
 from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefix
 from specchat.engine.sampling import greedy_token, probs, recent_window
 from specchat.engine.stats import Stats, StatsBuilder
@@ -50,18 +51,24 @@ Restore = Callable[[Sequence[int]], int]
 NGRAM_MAX_MATCH = 5  # longest n-gram the prompt-lookup index keeps
 
 
+@dataclass(frozen=True)
+class Hooks:
+    """What a caller may lend one answer besides the models and the options."""
+
+    # What `auto` measured and learnt in earlier answers (costs, acceptance); without it
+    # `auto` starts from cautious CPU defaults. Verify costs are learnt in every mode.
+    auto: AutoState | None = None
+    progress: ProgressCallback | None = None  # hears how far the prefill is after each chunk
+    restore: Restore | None = None  # may first load a saved prefix of the prompt
+    governor: ThreadGovernor | None = None  # threads per step, from step times
+    token_bytes: Callable[[int], bytes] | None = None  # default: the target's own
+    clock: Clock = time.perf_counter
+
+
 def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOptions, *,
              draft: LogitsModel | None = None,
-             token_bytes: Callable[[int], bytes] | None = None,
-             clock: Clock = time.perf_counter,
-             auto: AutoState | None = None, progress: ProgressCallback | None = None,
-             restore: Restore | None = None,
-             governor: ThreadGovernor | None = None) -> Generator[Event, None, None]:
+             hooks: Hooks = Hooks()) -> Generator[Event, None, None]:
     """Stream the answer to `prompt` (token ids) as Chunk events, then one Finished.
-
-    `auto` carries what the `auto` mode measured and learnt in earlier answers (costs,
-    acceptance); without it `auto` starts from cautious CPU defaults. `progress` hears after
-    every prefill chunk how far the prompt is; `restore` may first load a saved prefix.
 
     Raises ValueError at once (not on first iteration) for an empty prompt, `spec="draft"`
     without a draft model, or a draft whose vocabulary size differs from the target's by
@@ -70,65 +77,60 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
     tokens = [int(t) for t in prompt]
     if not tokens:
         raise ValueError("the prompt is empty: at least one token is needed")
-    drafter: Drafter | None = make_drafter(options, target, draft)
-    controller: DraftController = make_controller(options)
-    if options.spec == "auto" and isinstance(drafter, PromptLookupDrafter):
-        model_drafter = (DraftModelDrafter(draft, options.sampling, target.n_vocab)
-                         if draft is not None else None)
-        auto = auto or AutoState()
-        drafter = controller = AutoPolicy(auto, drafter, model_drafter, options.draft_max)
-    run = _Run(target, tokens, options, drafter, controller,
-               token_bytes or target.token_bytes, clock, auto)
-    run.progress, run.restore, run.governor = progress, restore, governor
-    return run.events()
+    policy = make_policy(options, target, draft, hooks.auto)
+    return _Run(target, tokens, options, policy, hooks).events()
 
 
 def make_drafter(options: GenerationOptions, target: LogitsModel,
                  draft: LogitsModel | None) -> Drafter | None:
-    """The drafter for options.spec; None for plain decoding."""
-    if options.spec == "off" or options.draft_max == 0:
+    """The drafter options.spec drafts with (prompt lookup for `auto`); None for `off`."""
+    if options.spec is Spec.OFF or options.draft_max == 0:
         return None
-    if options.spec == "draft":
+    if options.spec is Spec.DRAFT:
         if draft is None:
             raise ValueError("spec 'draft' needs a draft model; use 'ngram' or 'off' without one")
         return DraftModelDrafter(draft, options.sampling, target.n_vocab)
-    if options.spec == "auto" and draft is not None:
+    if options.spec is Spec.AUTO and draft is not None:
         check_vocab_sizes(target.n_vocab, draft.n_vocab)
     min_match = options.draft_min_match
     return PromptLookupDrafter(min_match, max(min_match, NGRAM_MAX_MATCH))
 
 
-def make_controller(options: GenerationOptions) -> DraftController:
-    """`draft` and `ngram` adapt k up to draft_max: a fixed long draft loses badly on CPUs
-    whenever the text stops being predictable (docs/costs.md); `auto` replaces this."""
-    if options.spec == "off":
-        return FixedK(0)
-    return AdaptiveK(options.draft_max)
+def make_policy(options: GenerationOptions, target: LogitsModel, draft: LogitsModel | None,
+                auto: AutoState | None) -> DraftPolicy:
+    """Plain decoding for `off`; `draft` and `ngram` adapt k up to draft_max (a fixed long
+    draft loses badly on CPUs whenever the text stops being predictable, docs/costs.md);
+    `auto` chooses per step with measured costs."""
+    drafter = make_drafter(options, target, draft)
+    if drafter is None:
+        return Plain()
+    if options.spec is Spec.AUTO and isinstance(drafter, PromptLookupDrafter):
+        model_drafter = (DraftModelDrafter(draft, options.sampling, target.n_vocab)
+                         if draft is not None else None)
+        return AutoPolicy(auto or AutoState(), drafter, model_drafter, options.draft_max)
+    return Adaptive(drafter, options.draft_max)
 
 
 class _Run:
     """The state of one answer. Only `events()` is public: a generator with cleanup."""
 
     def __init__(self, target: LogitsModel, prompt: list[int], options: GenerationOptions,
-                 drafter: Drafter | None, controller: DraftController,
-                 token_bytes: Callable[[int], bytes], clock: Clock,
-                 auto: AutoState | None = None) -> None:
+                 policy: DraftPolicy, hooks: Hooks) -> None:
         self.target = target
-        self.auto = auto  # verify costs are learnt in every mode; auto also decides with them
         self.options = options
-        self.drafter = drafter
-        self.controller = controller
-        self.token_bytes = token_bytes
-        self.clock = clock
+        self.policy = policy
+        self.auto = hooks.auto
+        self.progress = hooks.progress
+        self.restore = hooks.restore
+        self.governor = hooks.governor
+        self.token_bytes = hooks.token_bytes or target.token_bytes
+        self.clock = hooks.clock
         self.committed = prompt  # prompt + answer so far
         self.n_prompt = len(prompt)
         self.rng = np.random.default_rng(options.sampling.seed)
         self.text = TextStream(options.stop)
         self.stats = StatsBuilder(mode=options.spec, prompt_tokens=len(prompt))
-        self.decode_start = self.start = clock()
-        self.progress: ProgressCallback | None = None
-        self.restore: Restore | None = None
-        self.governor: ThreadGovernor | None = None
+        self.decode_start = self.start = self.clock()
 
     def events(self) -> Generator[Event, None, None]:
         try:
@@ -172,8 +174,7 @@ class _Run:
                 tell(Progress(done, total, self.clock() - start))
         evaluated = fill_cache(self.target, prompt[:-1], progress=report)
         self.stats.prompt_cached = len(prompt) - 1 - evaluated
-        if self.drafter is not None:
-            self.drafter.prepare(prompt)
+        self.policy.prepare(prompt)
         self.decode_start = self.clock()
         self.stats.prompt_seconds = self.decode_start - start
         return True
@@ -181,16 +182,16 @@ class _Run:
     def _step(self) -> tuple[list[int], list[bool]]:
         """One target call. Returns the accepted drafts plus the target's own token."""
         stats, committed = self.stats, self.committed
-        stats.last_k = self.controller.next_k()
         room = self.target.n_ctx - len(committed)
         remaining = self.options.max_tokens - stats.generated
         # Drafts past max_tokens could never be emitted, so they are not even asked for.
-        k = max(0, min(stats.last_k, room, remaining - 1))
+        limit = max(0, min(self.options.draft_max, room, remaining - 1))
         t0 = self.clock()
         draft = EMPTY_DRAFT
-        if k > 0 and self.drafter is not None:
-            draft = self.drafter.propose(committed, k, self.rng)
-            draft = Draft(draft.tokens[:k], None if draft.q is None else draft.q[:k])
+        if limit > 0:
+            draft = self.policy.propose(committed, limit, self.rng)
+            draft = Draft(draft.tokens[:limit], None if draft.q is None else draft.q[:limit])
+        stats.last_k = len(draft.tokens)
         t1 = self.clock()
         batch = [committed[-1], *draft.tokens]
         logits = self.target.eval(batch, list(range(len(batch))))
@@ -207,8 +208,8 @@ class _Run:
             costs = self.auto.target_costs if self.auto is not None else None
             ratio = costs.cost(len(batch)) / costs.cost(1) if costs else float(len(batch))
             self.governor.observe(t2 - t1, ratio)
-        self.controller.observe(len(draft.tokens), n, draft_seconds=t1 - t0,
-                                verify_seconds=t2 - t1)
+        self.policy.observe(len(draft.tokens), n, draft_seconds=t1 - t0,
+                            verify_seconds=t2 - t1)
         return [*draft.tokens[:n], token], [True] * n + [False]
 
     def _accept(self, logits: np.ndarray, draft: Draft) -> tuple[int, int]:
@@ -249,8 +250,7 @@ class _Run:
                 reason = "length"
                 break
         self.target.truncate(len(self.committed) - 1)
-        if self.drafter is not None:
-            self.drafter.rollback(self.committed)
+        self.policy.rollback(self.committed)
         return kept, text, reason
 
     def _finish(self, reason: str, text: str = "", kept: Sequence[int] = (),
@@ -272,5 +272,4 @@ class _Run:
             keep = common_prefix(self.target.tokens, self.committed[:-1])
             self.target.truncate(keep)
         finally:
-            if self.drafter is not None:
-                self.drafter.reset(self.committed)
+            self.policy.reset(self.committed)

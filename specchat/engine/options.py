@@ -4,9 +4,25 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-SPEC_MODES: tuple[str, ...] = ("auto", "draft", "ngram", "off")
+
+class Spec(StrEnum):
+    """How an answer speculates. A str, so it reads and prints as the flag value."""
+
+    AUTO = "auto"  # per step: prompt lookup, the draft model or nothing, whichever pays
+    DRAFT = "draft"  # always the draft model
+    NGRAM = "ngram"  # always prompt lookup
+    OFF = "off"  # plain decoding through the same loop: the honest baseline
+
+    @property
+    def uses_draft_model(self) -> bool:
+        """Whether this mode drafts with a draft model (so one is loaded for it)."""
+        return self in (Spec.AUTO, Spec.DRAFT)
+
+
+SPEC_MODES: tuple[str, ...] = tuple(mode.value for mode in Spec)
 
 
 RANDOM_SEED = -1  # --seed -1: a fresh random seed (the same as no seed)
@@ -53,7 +69,7 @@ class GenerationOptions:
     sampling: SamplingOptions = field(default_factory=SamplingOptions)
     max_tokens: int = 1024
     stop: tuple[str, ...] = ()
-    spec: str = "auto"
+    spec: Spec = Spec.AUTO
     draft_max: int = 16
     # Prompt lookup drafts only from an earlier n-gram match at least this long: 1-token
     # matches are mostly noise, and a rejected draft costs most of a step on CPUs
@@ -63,6 +79,7 @@ class GenerationOptions:
     def __post_init__(self) -> None:
         _check(self.max_tokens >= 1, "max_tokens must be >= 1")
         _check(self.spec in SPEC_MODES, f"spec must be one of {', '.join(SPEC_MODES)}")
+        object.__setattr__(self, "spec", Spec(self.spec))  # "off" given as text is Spec.OFF
         _check(0 <= self.draft_max <= 64, "draft_max must be in [0, 64]")
         _check(all(self.stop), "stop strings must not be empty")
         _check(1 <= self.draft_min_match <= 16, "draft_min_match must be in [1, 16]")

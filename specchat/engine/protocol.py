@@ -1,6 +1,6 @@
 """The small interface the engine needs from a model.
 
-specchat/llm/backend/ implements it on llama.cpp; tests implement it with exact numpy
+specchat/llm/model.py implements it on llama.cpp; tests implement it with exact numpy
 distributions (tests/fakes.py). Everything the engine knows about a model goes through here.
 """
 
@@ -74,15 +74,3 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
         i += 1
     return i
 
-
-def sync_prefix(model: LogitsModel, tokens: Sequence[int]) -> np.ndarray:
-    """Make the cache hold `tokens`, reusing the longest cached prefix.
-
-    Always evaluates at least the last token so the caller gets the next-token logits row
-    (shape (n_vocab,)). This is the KV reuse across chat turns: only new tokens cost time.
-    """
-    if not tokens:
-        raise ValueError("cannot evaluate an empty token sequence")
-    keep = min(common_prefix(model.tokens, tokens), len(tokens) - 1)
-    model.truncate(keep)
-    return model.eval(tokens[keep:], [-1])[0]

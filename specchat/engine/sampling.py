@@ -78,14 +78,16 @@ def keep_top_k(x: np.ndarray, m: float, keep: np.ndarray | None, k: int) -> np.n
     """The k most likely tokens (all tokens tied with the k-th are kept: order-free)."""
     if k <= 0 or k >= (len(x) if keep is None else len(keep)):
         return keep
-    if keep is None:
-        for margin in _MARGINS:
-            keep = np.flatnonzero(x >= m - margin)
-            if len(keep) >= k:
+    ids = keep
+    if ids is None:
+        for margin in _MARGINS:  # the last margin (inf) takes every token: k fit then
+            ids = np.flatnonzero(x >= m - margin)
+            if len(ids) >= k:
                 break
-    vals = x[keep]
+    assert ids is not None
+    vals = x[ids]
     kth = np.partition(vals, -k)[-k]
-    return keep[vals >= kth]
+    return ids[vals >= kth]
 
 
 def _nucleus(ids: np.ndarray, w: np.ndarray, target: float) -> np.ndarray | None:

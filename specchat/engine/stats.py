@@ -60,7 +60,7 @@ class Stats(Rates):
     verify_seconds: float = 0.0
     sample_seconds: float = 0.0
     decode_seconds: float = 0.0  # wall time from the end of prefill
-    last_k: int = 0  # the draft length the controller asked for last
+    last_k: int = 0  # tokens the last step drafted
     plain_step_seconds: float = 0.0  # calibrated cost of one plain target step (0: unknown)
     plain_steps: int = 0  # steps of this answer that verified one token and drafted none
     plain_seconds: float = 0.0  # their verify + sampling time, measured in this answer
@@ -119,7 +119,8 @@ class Stats(Rates):
             value = getattr(self, f.name)
             out[f.name] = list(value) if isinstance(value, tuple) else value
         for name in ("acceptance", "tokens_per_step", "tokens_per_second", "mean_accepted",
-                     "plain_token_seconds", "speedup_estimate", "prompt_evaluated", "prompt_tokens_per_second"):
+                     "plain_token_seconds", "speedup_estimate", "prompt_evaluated",
+                     "prompt_tokens_per_second"):
             out[name] = getattr(self, name)
         return out
 

@@ -1,8 +1,9 @@
-"""The llama.cpp model layer.
+"""The llama.cpp model layer: the only package in specchat that imports llama_cpp.
 
-backend/ is the only package in specchat that imports llama_cpp; template.py, vocab.py and
-text.py are pure so they can be used and tested without it. Importing this package does not
-load llama.cpp: the backend names below are resolved on first use.
+lib.py, model.py and files.py hold the llama_cpp calls; every other module here is pure
+(template, vocab, gpufit, and the small helpers those three use), so it can be used and
+tested without llama.cpp. Importing this package does not load llama.cpp: the names below
+that need it are resolved on first use.
 """
 
 from __future__ import annotations
@@ -10,25 +11,26 @@ from __future__ import annotations
 from typing import Any
 
 from specchat.llm.template import ChatTemplate, chat_tokens
-from specchat.llm.text import StreamDecoder
 from specchat.llm.vocab import VocabInfo, check_compatible, compatibility_problems
 
-_BACKEND_NAMES = frozenset({
-    "LlamaModel", "load_model", "gpu_devices", "gpu_offload_supported", "read_model_shape",
-    "read_vocab_info", "requantize", "system_info", "plain_chat_llama",
-})
+_LIB_NAMES = {
+    "LlamaModel": "model", "load_model": "model",
+    "gpu_devices": "files", "read_model_shape": "files", "read_vocab_info": "files",
+    "requantize": "files", "system_info": "files", "plain_chat_llama": "files",
+    "gpu_offload_supported": "lib",
+}
 
 __all__ = [
-    "ChatTemplate", "LlamaModel", "StreamDecoder", "VocabInfo", "chat_tokens", "check_compatible",
+    "ChatTemplate", "LlamaModel", "VocabInfo", "chat_tokens", "check_compatible",
     "compatibility_problems", "gpu_devices", "gpu_offload_supported", "load_model",
-    "plain_chat_llama", "read_model_shape", "read_vocab_info", "requantize",
-    "system_info",
+    "plain_chat_llama", "read_model_shape", "read_vocab_info", "requantize", "system_info",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _BACKEND_NAMES:
-        from specchat.llm import backend
+    module = _LIB_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'specchat.llm' has no attribute {name!r}")
+    from importlib import import_module
 
-        return getattr(backend, name)
-    raise AttributeError(f"module 'specchat.llm' has no attribute {name!r}")
+    return getattr(import_module(f"specchat.llm.{module}"), name)

@@ -13,9 +13,10 @@ layer. The estimate, per model:
              4 bytes x n_batch x (n_vocab + 4 n_embd); only when anything is offloaded.
 
 docs/gpu-fit.md compares each term with the buffer sizes llama.cpp reports: all within a few
-percent and on the safe side. A margin is kept free on every device (the larger of 512 MiB and 5% of its memory) for the
-driver, other programs and estimation error. The target is placed first: a draft only pays
-when the target runs fast, so the draft gets what the target leaves.
+percent and on the safe side. A margin is kept free on every device (the larger of 512 MiB
+and 5% of its memory) for the driver, other programs and estimation error. The target is
+placed first: a draft only pays when the target runs fast, so the draft gets what the target
+leaves.
 """
 
 from __future__ import annotations

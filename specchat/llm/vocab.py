@@ -23,6 +23,9 @@ import numpy as np
 from specchat.engine.padding import MAX_VOCAB_PADDING
 from specchat.errors import UsageError
 
+# enum llama_vocab_type, by value.
+VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
+
 # How many differing token ids a message quotes before it says "...".
 _EXAMPLES = 3
 

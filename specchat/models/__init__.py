@@ -1,11 +1,9 @@
-"""Model presets (models.toml), the download cache, and turning a name or path into a file.
-
-The rest of specchat needs only what is exported here.
+"""Model presets (models.toml), the caches, and turning a name, path or hub reference into a
+file. The rest of specchat needs only what is exported here.
 """
 
 from __future__ import annotations
 
-from specchat.models.download import pull, pull_preset
 from specchat.models.presets import (
     DEFAULT_TARGET,
     HubSource,
@@ -15,10 +13,16 @@ from specchat.models.presets import (
     WheelPart,
     find_preset,
     load_presets,
-    user_config_path,
 )
-from specchat.models.resolve import default_draft_for, resolve_model
-from specchat.models.store import cache_dir, check_gguf, is_present, model_path
+from specchat.models.resolve import (
+    default_draft_for,
+    fetch_preset,
+    preset_file,
+    preset_present,
+    pull,
+    resolve_model,
+)
+from specchat.models.store import cache_dir, check_gguf
 
 __all__ = [
     "DEFAULT_TARGET",
@@ -30,12 +34,11 @@ __all__ = [
     "cache_dir",
     "check_gguf",
     "default_draft_for",
+    "fetch_preset",
     "find_preset",
-    "is_present",
     "load_presets",
-    "model_path",
+    "preset_file",
+    "preset_present",
     "pull",
-    "pull_preset",
     "resolve_model",
-    "user_config_path",
 ]

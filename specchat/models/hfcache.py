@@ -11,35 +11,18 @@ cache): a later start picks the same file even when another quantization was add
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from specchat import storage
 from specchat.errors import UsageError
-from specchat.models import store
 from specchat.models.hfref import GgufGroup, HfRef, choose, group_files
-
-
-def hub_cache_dir() -> Path:
-    """Where huggingface_hub keeps models, by its own rules (read at call time, not import)."""
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(var):
-            return Path(os.environ[var]).expanduser()
-    home = os.environ.get("HF_HOME")
-    if not home:
-        home = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-                   / "huggingface")
-    return Path(home).expanduser() / "hub"
+from specchat.paths import hub_cache_dir, hub_records_file
 
 
 def repo_dir(repo: str) -> Path:
     return hub_cache_dir() / ("models--" + repo.replace("/", "--"))
-
-
-def records_path() -> Path:
-    return store.cache_dir().parent / "hub-refs.json"
 
 
 @dataclass(frozen=True)
@@ -60,7 +43,7 @@ def _snapshots(repo: str, revision: str) -> list[Path]:
     except OSError:
         return []
     pointed = _read_ref(root, revision)
-    folders.sort(key=lambda p: (p.name != pointed and p.name != revision, -_mtime(p)))
+    folders.sort(key=lambda p: (p.name not in (pointed, revision), -_mtime(p)))
     return folders
 
 
@@ -125,7 +108,7 @@ def _recorded(ref: HfRef) -> Path | None:
 
 def load_records() -> dict[str, object]:
     try:
-        data = json.loads(records_path().read_text(encoding="utf-8"))
+        data = json.loads(hub_records_file().read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -136,7 +119,7 @@ def record(ref: HfRef, commit: str, group: GgufGroup) -> None:
     records = load_records()
     records[ref.key] = {"ref": str(ref), "commit": commit, "files": list(group.files)}
     try:
-        storage.atomic_write(records_path(), json.dumps(records, indent=1, sort_keys=True),
+        storage.atomic_write(hub_records_file(), json.dumps(records, indent=1, sort_keys=True),
                              private=False)
     except storage.StorageError:
         pass

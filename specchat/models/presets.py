@@ -8,18 +8,15 @@ user with a broken models.toml knows where to look.
 from __future__ import annotations
 
 import difflib
+import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from specchat.errors import UsageError
-from specchat.paths import user_path
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, published as tomli
-    import tomli as tomllib  # type: ignore[no-redef]
+from specchat.models.hfref import parse_ref
+from specchat.paths import user_models_file
 
 DEFAULT_TARGET: str = "qwen2.5-coder-1.5b"
 ROLES: tuple[str, ...] = ("target", "draft", "test")
@@ -86,16 +83,11 @@ class Preset:
     family: str | None = None  # same family = a candidate draft, before anything is downloaded
 
 
-def user_config_path() -> Path:
-    """Where the user's models.toml lives: $SPECCHAT_HOME, else the XDG config directory."""
-    return user_path("config", "models.toml")
-
-
 def load_presets() -> dict[str, Preset]:
     """The shipped presets, then the user's file adding presets or replacing them by name."""
     shipped = resources.files("specchat") / "data" / "models.toml"
     presets = parse_presets(shipped.read_text(encoding="utf-8"), SHIPPED_NAME)
-    user = user_config_path()
+    user = user_models_file()
     if user.is_file():
         try:
             text = user.read_text(encoding="utf-8")
@@ -169,8 +161,6 @@ def _parse_model(table: Any, origin: str, index: int) -> Preset:
                     for i, s in enumerate(raw_sources, start=1))
     hf = _get(table, "hf", str, where, default=None)
     if hf is not None:
-        from specchat.models.hfref import parse_ref
-
         if parse_ref(hf) is None or sources:
             raise UsageError(f"{where}: 'hf' must be owner/name[:QUANT] and replaces "
                              f"[[model.source]], got {hf!r}")

@@ -103,3 +103,19 @@ def make_reporter(quiet: bool) -> Reporter:
     if sys.stderr.isatty():
         return RichReporter()
     return LineReporter()
+
+
+def human_size(size: int) -> str:
+    """1117320768 -> '1.1 GB' (decimal units, as download tools and disks report them)."""
+    value = float(size)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if value < 1000 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{size} B"  # unreachable; keeps type checkers content
+
+
+def say(quiet: bool, message: str) -> None:
+    """One note about a download on stderr (never stdout: it carries answers and paths)."""
+    if not quiet:
+        print(f"specchat: {message}", file=sys.stderr, flush=True)

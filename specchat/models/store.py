@@ -1,4 +1,6 @@
-"""The model cache on disk: where files live, when a cached file counts as complete.
+"""specchat's own model cache on disk (presets with [[model.source]]): where files live, when
+a cached file counts as complete. Presets whose files live in the Hugging Face cache are
+resolve.py's (hfcache.py reads that cache).
 
 A file only ever appears under its final name through os.replace() after it was verified, so
 "the final name exists" already means "complete". Every download in progress uses names that
@@ -20,26 +22,21 @@ import shutil
 from pathlib import Path
 
 from specchat import storage
-from specchat.llm.helpers import check_gguf_file
+from specchat.llm.gguf import check_gguf_file
 from specchat.models.presets import Preset
-from specchat.paths import user_path
+from specchat.paths import model_cache_dir
 
 TEMP_SUFFIXES: tuple[str, ...] = (".partial", ".wheels", ".hub")
+DISK_MARGIN = 64 * 1024 * 1024  # free space kept beyond a download's own size
 
 
 def cache_dir() -> Path:
-    """$SPECCHAT_CACHE, else $SPECCHAT_HOME/models, else $XDG_CACHE_HOME/specchat/models."""
-    return user_path("cache", "models", override="SPECCHAT_CACHE")
+    """The model cache (paths.model_cache_dir: $SPECCHAT_CACHE and friends)."""
+    return model_cache_dir()
 
 
 def model_path(preset: Preset) -> Path:
-    """Where the preset's file lives once downloaded (whether or not it is there yet)."""
-    if preset.hf is not None:
-        from specchat.models.hfcache import repo_dir, resolve_cached
-        from specchat.models.hfref import require_ref
-
-        ref = require_ref(preset.hf)
-        return resolve_cached(ref) or repo_dir(ref.repo) / preset.filename
+    """Where the preset's file lives in the cache once downloaded (there or not yet)."""
     return cache_dir() / preset.filename
 
 
@@ -50,11 +47,6 @@ def sidecar_path(path: Path) -> Path:
 def is_present(preset: Preset) -> bool:
     """True when the preset's file is complete: of the size its verified pull recorded, else
     of the preset's size. A stat per start, so a truncated file is never loaded."""
-    if preset.hf is not None:
-        from specchat.models.hfcache import resolve_cached
-        from specchat.models.hfref import require_ref
-
-        return resolve_cached(require_ref(preset.hf)) is not None
     path = model_path(preset)
     try:
         size = path.stat().st_size
@@ -171,13 +163,3 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
         while block := handle.read(chunk):
             digest.update(block)
     return digest.hexdigest()
-
-
-def human_size(size: int) -> str:
-    """1117320768 -> '1.1 GB' (decimal units, as download tools and disks report them)."""
-    value = float(size)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{size} B"  # unreachable; keeps type checkers content

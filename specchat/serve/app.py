@@ -94,7 +94,7 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
         meta: dict[str, Any] = {"spec": config.defaults.get("spec")}
         if worker.runtime is not None:
             meta["draft"] = worker.runtime.info.draft_name
-            meta["n_ctx"] = worker.runtime.target.n_ctx
+            meta["n_ctx"] = worker.runtime.n_ctx
         return ModelList(data=[ModelCard(id=config.model, created=config.created, meta=meta)])
 
     @app.post("/v1/chat/completions", dependencies=guarded)

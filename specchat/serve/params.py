@@ -1,7 +1,7 @@
 """A request's messages and sampling fields -> what the engine takes, or a 400 saying why.
 
 Request values override the server's own options (its flags, environment and config file),
-which are checked by the same schema (specchat.options) as every command-line flag.
+which are checked by the same schema (specchat/settings/schema.py) as every command-line flag.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
+from specchat.backend.base import Message
 from specchat.engine.options import GenerationOptions
 from specchat.errors import UsageError
-from specchat.options import BY_NAME, OptionError, generation_options
-from specchat.runtime import Message
 from specchat.serve.errors import bad_request
 from specchat.serve.schemas import ChatRequest, CompletionRequest, GenerationFields
+from specchat.settings.schema import BY_NAME, OptionError, generation_options
 
 Body = TypeVar("Body", bound=BaseModel)
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}

@@ -17,8 +17,8 @@ from types import FrameType
 
 import uvicorn
 
+from specchat.backend.base import Backend
 from specchat.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, UsageError
-from specchat.runtime import Runtime
 from specchat.serve.app import ServeConfig, create_app
 from specchat.serve.worker import Worker
 
@@ -71,7 +71,7 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run(load: Callable[[], Runtime], config: ServeConfig, *, host: str, port: int,
+def run(load: Callable[[], Backend], config: ServeConfig, *, host: str, port: int,
         queue_size: int, verbose: bool = False) -> int:
     """Serve until a signal; returns the exit code."""
     sock = bind(host, port)
@@ -84,7 +84,7 @@ def run(load: Callable[[], Runtime], config: ServeConfig, *, host: str, port: in
             server.failed = True
             server.should_exit = True
 
-    def loaded() -> Runtime:
+    def loaded() -> Backend:
         runtime = load()
         print(f"specchat: ready: {config.model} at http://{_shown(host)}:{actual}/v1 "
               "(Ctrl-C stops)", file=sys.stderr, flush=True)

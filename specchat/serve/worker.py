@@ -20,10 +20,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
+from specchat.backend.base import Backend, Message
 from specchat.engine.events import Event
 from specchat.engine.options import GenerationOptions
-from specchat.errors import SpecchatError
-from specchat.runtime import Message, Runtime
+from specchat.errors import PromptTooLong, SpecchatError
 from specchat.serve.errors import APIError
 
 LOADING, READY, FAILED, STOPPED = "loading", "ready", "failed", "stopped"
@@ -54,21 +54,21 @@ class Job:
         while True:
             try:
                 return await asyncio.wait_for(self.out.get(), timeout=poll)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if gone is not None and await gone():
                     self.cancelled.set()
                     raise ConnectionResetError("client disconnected") from None
 
 
 class Worker:
-    def __init__(self, load: Callable[[], Runtime], queue_size: int,
+    def __init__(self, load: Callable[[], Backend], queue_size: int,
                  on_fail: Callable[[str], None] = lambda message: None) -> None:
         self._load = load
         self._on_fail = on_fail
         self.capacity = 1 + queue_size  # the one being decoded plus those waiting
         self.state = LOADING
         self.error = ""
-        self.runtime: Runtime | None = None
+        self.runtime: Backend | None = None
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._pending = 0
         self._lock = threading.Lock()
@@ -170,24 +170,21 @@ class Worker:
         self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.monotonic() - start)
 
     def _events(self, job: Job) -> Generator[Event, None, None]:
-        runtime = self.runtime
-        assert runtime is not None
-        if isinstance(job.prompt, str):
-            tokens = runtime.raw_tokens(job.prompt)
-        else:
-            tokens = runtime.chat_tokens(job.prompt)
-        n_ctx = runtime.target.n_ctx
-        if len(tokens) >= n_ctx:
-            param = "prompt" if isinstance(job.prompt, str) else "messages"
-            raise APIError(400, f"the prompt is {len(tokens)} tokens and this server's context "
-                           f"holds {n_ctx}, which leaves no room for an answer: shorten the "
-                           "messages, or restart the server with a larger --ctx",
-                           param=param, code="context_length_exceeded")
+        backend = self.runtime
+        assert backend is not None
         try:
-            options = runtime.effective_options(job.options)
+            if isinstance(job.prompt, str):
+                events = backend.complete(job.prompt, job.options)
+            else:
+                events = backend.answer(job.prompt, job.options)
+        except PromptTooLong as exc:
+            param = "prompt" if isinstance(job.prompt, str) else "messages"
+            raise APIError(400, f"the prompt is {exc.tokens} tokens and this server's context "
+                           f"holds {exc.n_ctx}, which leaves no room for an answer: shorten "
+                           "the messages, or restart the server with a larger --ctx",
+                           param=param, code="context_length_exceeded") from None
         except SpecchatError as exc:
             raise APIError(400, str(exc).replace("--spec", "spec"), param="spec") from None
-        events = runtime.stream(tokens, options)
         try:
             yield from events
         finally:

@@ -214,7 +214,7 @@ def calibration_rows(target: CostTable, draft: CostTable | None,
     with perfect acceptance could reach, and the acceptance a draft model needs to break even."""
     rows: list[dict[str, float | int | None]] = []
     ratios = target.ratios()
-    for k in range(0, max_k + 1):
+    for k in range(max_k + 1):
         n = k + 1
         ratio = ratios[n - 1] if n <= len(ratios) else target.cost(n) / target.cost(1)
         even = break_even_acceptance(target, draft.cost(1), k) if draft and k else None

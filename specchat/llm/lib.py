@@ -1,6 +1,6 @@
 """llama.cpp itself: the library's log and abort callbacks, and reading a GGUF file's
-model, metadata and vocabulary. The backend package is the only place in specchat that
-imports llama_cpp (this module, model.py and files.py).
+model, metadata and vocabulary. With model.py and files.py, the only place in specchat that
+imports llama_cpp.
 """
 
 from __future__ import annotations
@@ -14,16 +14,10 @@ import llama_cpp
 import numpy as np
 
 from specchat.errors import ModelError
-from specchat.llm.helpers import (
-    VOCAB_TYPES,
-    AbortFlag,
-    LogSink,
-    check_gguf_file,
-    log_reason,
-    read_snprintf,
-    token_or_none,
-)
-from specchat.llm.vocab import VocabInfo
+from specchat.llm.cbuf import log_reason, read_snprintf, token_or_none
+from specchat.llm.gguf import check_gguf_file
+from specchat.llm.hooks import AbortFlag, LogSink
+from specchat.llm.vocab import VOCAB_TYPES, VocabInfo
 
 # --- llama.cpp's log --------------------------------------------------------------------------
 # llama.cpp logs from C straight to stderr, and llama-cpp-python's own callback prints
@@ -35,7 +29,7 @@ llama_cpp.llama_log_set(LOG_CALLBACK, ctypes.c_void_p(0))
 llama_cpp.llama_backend_init()
 
 # Ctrl-C inside a long llama_decode aborts the batch at once instead of after seconds of
-# prompt processing (helpers.AbortFlag says how). Installed only for big batches
+# prompt processing (hooks.AbortFlag says how). Installed only for big batches
 # (ABORTABLE_BATCH): a Python call per graph node would slow every decode step.
 ABORT = AbortFlag()
 ABORT_CALLBACK = llama_cpp.ggml_abort_callback(ABORT)

@@ -1,9 +1,10 @@
 """Every user-settable option, declared once.
 
 Each Option says its name (the config-file key and the `/set` name), type, default, help,
-validation and environment variable. The command-line flags of every command (through
-specchat.optflags), the config file and its profiles, `specchat config`, `/set` and `/show`
-in the chat, `bench` and the HTTP server's request defaults are all read from OPTIONS.
+validation and environment variable. The command-line flags of every command (flags.py), the
+config file and its profiles (file.py), the load settings (load.py), `specchat config`, `/set`
+and `/show` in the chat, `bench` and the HTTP server's request defaults are all read from
+OPTIONS.
 
 Precedence, highest first: flag > environment variable > profile > config file > default.
 """
@@ -31,6 +32,8 @@ Checker = Callable[[Any], str | None]  # None when fine, else what is allowed
 MODEL, GENERATION, CHAT, REMOTE, SERVER, ASK = ("model", "generation", "chat", "remote", "server",
                                              "ask")
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+NO_DRAFT = "none"  # the draft option's value for "no draft model" (None: the preset's default)
+_SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,8 @@ class Option:
     help: str
     group: str
     short: str | None = None  # e.g. "-n"
-    optional: bool = False  # None is a value ("none" / "auto" / "random" in text)
+    optional: bool = False  # None is a value (typed as none_text, "null", "-" or "")
+    none_text: str = "none"  # how None is typed and shown ("auto" for GPU layers)
     choices: tuple[str, ...] = ()
     check: Checker | None = None
     parse: Parser | None = None  # text -> value where plain kind(text) is not enough
@@ -61,7 +65,7 @@ class Option:
     def from_text(self, raw: str) -> Any:
         """A value from text (env var, /set, a config string); OptionError names what fits."""
         text = raw.strip()
-        if self.optional and text.lower() in ("none", "null", "-", ""):
+        if self.optional and text.lower() in (self.none_text, "null", "-", ""):
             return self.validate(None)
         if self.parse is not None:
             return self.validate(self.parse(text))
@@ -115,7 +119,7 @@ class Option:
     def show(self, value: Any) -> str:
         """The value as the user would type it (in /show, `specchat config`)."""
         if value is None:
-            return "auto" if self.name == "n_gpu_layers" else "none"
+            return self.none_text
         if self.secret:
             return "***"
         if isinstance(value, bool):
@@ -183,16 +187,32 @@ def _complete_drafts(incomplete: str) -> list[str]:
     return [c for c in ["none", *_complete_models(incomplete)] if c.startswith(incomplete)]
 
 
-def _parse_size(text: str) -> str:
-    """A prompt-cache size ('2G', '500M', '0', 'off'), checked by the cache's own parser."""
-    from specchat.promptcache import size_limit
+def parse_size(text: str) -> int:
+    """Bytes from a size like '2G', '500M', '0' or 'off' (off and 0: nothing)."""
+    raw = text.strip()
+    if raw.lower() in ("off", "no", "false"):
+        return 0
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?", raw, re.IGNORECASE)
+    if match is None:
+        raise OptionError(f"needs a size like 2G or 500M (0 or off: none), not {text!r}")
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
 
+
+def _parse_size(text: str) -> str:
+    """A size option keeps its text ('2G'); parse_size turns it into bytes where used."""
     try:
-        size_limit(text)
-    except UsageError:
-        raise OptionError(f"prompt_cache needs a size like 2G or 500M (0 or off: no cache), "
-                          f"not {text!r}") from None
+        parse_size(text)
+    except OptionError as exc:
+        raise OptionError(f"prompt_cache {exc}") from None
     return text
+
+
+def _parse_draft(text: str) -> str | None:
+    """'none' (any case) is NO_DRAFT, 'default' the target preset's own draft (None)."""
+    low = text.strip().lower()
+    if low == NO_DRAFT:
+        return NO_DRAFT
+    return None if low in ("default", "") else text
 
 
 def _at_least(low: float, what: str = "") -> Checker:
@@ -213,7 +233,8 @@ def _sampling_check(field: str) -> Checker:
 def _generation_check(field: str) -> Checker:
     def check(value: Any) -> str | None:
         try:
-            GenerationOptions(**{field: tuple(value) if field == "stop" else value})
+            values: dict[str, Any] = {field: tuple(value) if field == "stop" else value}
+            GenerationOptions(**values)
         except OptionError as exc:
             return str(exc).removeprefix(field).strip()
         return None
@@ -229,12 +250,13 @@ OPTIONS: tuple[Option, ...] = (
            "user/repo[:QUANT].", MODEL, short="-m", optional=True, metavar="MODEL",
            complete=_complete_models),
     Option("draft", str, None, "Draft model (like --model); 'none' for no draft model.",
-           MODEL, short="-d", optional=True, metavar="MODEL",
+           MODEL, short="-d", optional=True,
+           none_text="default", parse=_parse_draft, metavar="MODEL",
            complete=_complete_drafts),
     Option("ctx", int, 4096, "Context size in tokens (0: the model's trained context).",
            MODEL, check=lambda v: None if v == 0 or v >= 16 else "must be 0 or >= 16"),
     Option("n_gpu_layers", int, None, "Layers to offload to the GPU: auto (as many as fit) "
-           "or a number.", MODEL, optional=True, parse=_parse_gpu_layers,
+           "or a number.", MODEL, optional=True, none_text="auto", parse=_parse_gpu_layers,
            check=lambda v: None if v is None or isinstance(v, int) else "needs auto or an "
            "integer", metavar="auto|N"),
     Option("threads", int, None, "CPU threads (default: what this machine has).", MODEL,

@@ -1,7 +1,7 @@
 """The chat's live settings, read from the options schema: /set, /show and /save-settings.
 
 Which options can change mid-chat, how their values are parsed and checked, and what they
-are called all come from specchat.options (`live=True`); this module only maps them onto the
+are called all come from the options schema (`live=True`); this module only maps them onto the
 session (generation options, the system prompt, how answers are rendered).
 """
 
@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specchat import options as schema
 from specchat.chat.session import ChatSession
-from specchat.config import config_path, save_settings
 from specchat.errors import UsageError
-from specchat.options import BY_NAME, GENERATION, OPTIONS, Option, OptionError
+from specchat.paths import config_file
+from specchat.settings import schema
+from specchat.settings.file import save_settings
+from specchat.settings.schema import BY_NAME, GENERATION, OPTIONS, Option, OptionError
 
 LIVE: tuple[Option, ...] = tuple(o for o in OPTIONS if o.live)
 _SAMPLING = {f.name for f in dataclasses.fields(schema.SamplingOptions)}
@@ -104,22 +105,21 @@ def show_line(session: ChatSession) -> str:
 
 
 def to_save(session: ChatSession) -> dict[str, Any]:
-    """What /save-settings writes: every live option, plus the models in use.
+    """What /save-settings writes: every live option, plus the models in use when they were
+    chosen here (a remote server's are its own).
 
     A value equal to the built-in default is written as None, which removes the key from
     the file, so the file holds only what differs and a later change of default applies.
     """
     values = live_values(session)
-    load = session.runtime.settings
-    if load is not None:
-        values["model"], values["draft"] = load.model, load.draft
+    values.update(session.runtime.chosen_models())
     return {name: None if value == BY_NAME[name].default else value
             for name, value in values.items()}
 
 
 def save_command(session: ChatSession, arg: str) -> None:
     """/save-settings [PATH]: into the config file's base table, comments and profiles kept."""
-    target = Path(arg.strip()).expanduser() if arg.strip() else config_path()
+    target = Path(arg.strip()).expanduser() if arg.strip() else config_file()
     values = to_save(session)
     path = save_settings(values, target)
     kept = sorted(k for k, v in values.items() if v is not None)

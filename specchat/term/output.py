@@ -15,7 +15,7 @@ from specchat.errors import SpecchatError
 from specchat.storage import describe
 
 
-class OutputClosed(Exception):  # noqa: N818 - a situation, not a failure
+class OutputClosed(Exception):  # a situation, not a failure: no Error suffix
     """The reader of stdout went away. Not an OSError, so click does not turn it into exit 1."""
 
 

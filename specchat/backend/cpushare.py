@@ -17,29 +17,19 @@ import fcntl
 import os
 from pathlib import Path
 
-from specchat.paths import user_path
+from specchat.llm.ggml import default_threads
+from specchat.paths import cpu_share_dir
 from specchat.storage import make_dirs
 
 SLOTS = 32  # processes counted at most; more than this many decoding at once is not a plan
-
-
-def default_directory() -> Path:
-    return user_path("cache", "cpu")
-
-
-def machine_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 class CpuShare:
     """Slot files in one directory; `threads()` is this process's share while it decodes."""
 
     def __init__(self, directory: Path | None = None, cores: int | None = None) -> None:
-        self.directory = directory or default_directory()
-        self.cores = cores or machine_cores()
+        self.directory = directory or cpu_share_dir()
+        self.cores = cores or default_threads()
         self._held: tuple[int, int] | None = None  # (slot, fd) while an answer runs
         self.broken = False
 

@@ -1,6 +1,5 @@
 """GGUF files and the machine without loading weights: model shape, vocabulary, GPU
-devices,
-requantizing, system info, and llama-cpp-python's own `Llama` for benchmarks.
+devices, requantizing, system info, and llama-cpp-python's own `Llama` for benchmarks.
 """
 
 from __future__ import annotations
@@ -14,21 +13,16 @@ from typing import Any
 import llama_cpp
 
 from specchat.errors import ModelError, UsageError
-from specchat.llm.backend.lib import (
+from specchat.llm.cbuf import log_reason
+from specchat.llm.ggml import default_threads, ggml_gpu_memory, ggml_registry
+from specchat.llm.gguf import check_gguf_file, gguf_parts
+from specchat.llm.gpufit import Device, ModelShape, shape_from_metadata
+from specchat.llm.lib import (
     LOG,
     gpu_offload_supported,
     model_vocab_info,
     open_model,
     read_metadata,
-)
-from specchat.llm.gpufit import Device, ModelShape, shape_from_metadata
-from specchat.llm.helpers import (
-    check_gguf_file,
-    default_threads,
-    ggml_gpu_memory,
-    ggml_registry,
-    gguf_parts,
-    log_reason,
 )
 from specchat.llm.vocab import VocabInfo
 

@@ -24,15 +24,10 @@ from typing import Any
 
 from specchat import storage
 from specchat.errors import UsageError
-from specchat.options import ALIASES, BY_NAME, OptionError, env_values
-from specchat.paths import user_path
+from specchat.paths import config_file
+from specchat.settings.schema import ALIASES, BY_NAME, OptionError, env_values
 
 FLAG, ENV, FILE, DEFAULT = "flag", "env", "file", "default"
-
-
-def config_path() -> Path:
-    """$SPECCHAT_CONFIG, else $SPECCHAT_HOME/config.toml, else $XDG_CONFIG_HOME/specchat."""
-    return user_path("config", "config.toml", override="SPECCHAT_CONFIG")
 
 
 @dataclass
@@ -49,7 +44,7 @@ def read_config(path: Path | None = None) -> ConfigFile:
 
     Any problem is one usage error naming the file, the key and what is allowed.
     """
-    path = path or config_path()
+    path = path or config_file()
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -147,7 +142,7 @@ def save_settings(values: Mapping[str, Any], path: Path | None = None) -> Path:
     """Write `values` into the config file's base table, keeping its comments and profiles."""
     import tomlkit
 
-    path = path or config_path()
+    path = path or config_file()
     try:
         document = tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() \
             else tomlkit.document()

@@ -1,4 +1,4 @@
-"""Command-line flags generated from the options schema (specchat.options).
+"""Command-line flags generated from the options schema (schema.py).
 
 `@with_options(names)` adds one flag per option to a typer command and hands the command a
 resolved `Settings` (flag > env > profile > config file > default) in place of the flags, so
@@ -15,9 +15,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from specchat.config import resolve
 from specchat.errors import UsageError
-from specchat.options import BY_NAME, Option, OptionError
+from specchat.settings.file import resolve
+from specchat.settings.schema import BY_NAME, Option, OptionError
 
 PROFILE_PARAM = "profile"
 SETTINGS_PARAM = "settings"

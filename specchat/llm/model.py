@@ -1,5 +1,5 @@
-"""A GGUF model with one KV cache (part of the backend package, the only place that
-imports llama_cpp).
+"""A GGUF model with one KV cache (with lib.py and files.py, the only place that imports
+llama_cpp).
 
 Written against the low-level ctypes API of llama-cpp-python 0.3.x, not its high-level
 `Llama` class, because speculative verification needs logits for a few chosen rows of a batch
@@ -18,7 +18,10 @@ import numpy as np
 
 from specchat.engine.protocol import ContextFullError
 from specchat.errors import ModelError, UsageError
-from specchat.llm.backend.lib import (
+from specchat.llm.batch import chunk_spans, normalize_rows, rows_in_span
+from specchat.llm.cbuf import log_reason, read_negative_size, read_tokens, token_or_none
+from specchat.llm.ggml import default_threads
+from specchat.llm.lib import (
     ABORT,
     ABORT_CALLBACK,
     ABORTABLE_BATCH,
@@ -30,16 +33,6 @@ from specchat.llm.backend.lib import (
     model_vocab_info,
     open_model,
     read_metadata,
-)
-from specchat.llm.helpers import (
-    chunk_spans,
-    default_threads,
-    log_reason,
-    normalize_rows,
-    read_negative_size,
-    read_tokens,
-    rows_in_span,
-    token_or_none,
 )
 from specchat.llm.vocab import VocabInfo
 
@@ -175,8 +168,8 @@ class LlamaModel:
         ids = np.asarray(tokens, dtype=np.int64)
         if ids.min() < 0 or ids.max() >= self._n_vocab:
             raise ValueError(f"token ids must be in [0, {self._n_vocab}) for {self.path.name}")
-        with ABORT.armed() as abortable:
-            abortable = abortable and n >= ABORTABLE_BATCH
+        with ABORT.armed() as armed:
+            abortable = armed and n >= ABORTABLE_BATCH
             if abortable:
                 llama_cpp.llama_set_abort_callback(self._ctx, ABORT_CALLBACK, None)
             try:
@@ -304,14 +297,6 @@ class LlamaModel:
                                                        add_special, parse_special),
             len(data) + 8)
 
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        """Token ids to text (llama.cpp's own inverse of tokenize, special tokens rendered)."""
-        arr = (llama_cpp.llama_token * len(tokens))(*tokens)
-        return read_negative_size(
-            lambda buf, size: llama_cpp.llama_detokenize(self._vocab, arr, len(tokens), buf, size,
-                                                         False, True),
-            8 * len(tokens) + 16).decode("utf-8", errors="replace")
-
     def token_text(self, token: int) -> str:
         """The token's text as stored in the vocabulary (e.g. '<|im_end|>', 'Ġthe')."""
         return (llama_cpp.llama_vocab_get_text(self._vocab, token) or b"").decode(
@@ -380,5 +365,5 @@ class LlamaModel:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # noqa: BLE001, S110 - at interpreter exit llama_cpp may be gone
+        except Exception:  # noqa: BLE001 - at interpreter exit llama_cpp may be gone
             pass

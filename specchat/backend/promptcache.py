@@ -2,7 +2,7 @@
 that shares a long prefix (the same system prompt and file, another question) skips most of
 its prefill.
 
-One file per saved state, `<model>-<tokens>.kv` under prompt_cache_dir(): a header naming the
+One file per saved state, `<model>-<tokens>.kv` in paths.prompt_cache_dir(): a header naming the
 model state key and the exact token ids, then llama.cpp's opaque state blob, with a CRC over
 both. Lookup reads only the headers and picks the entry sharing the longest prefix with the
 new prompt; the model then loads it and cuts it back to that common prefix, so an entry
@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import struct
 import time
 import zlib
@@ -30,8 +29,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from specchat.engine.protocol import common_prefix
-from specchat.errors import SpecchatError, UsageError
-from specchat.paths import user_path
+from specchat.errors import SpecchatError
 from specchat.storage import StorageError, atomic_write, make_dirs
 
 MAGIC = b"SPECCHAT-KV1"
@@ -40,13 +38,11 @@ DEFAULT_LIMIT = 2 * 1024**3  # a 3000-token Qwen 1.5B prompt is ~90 MB: about tw
 MIN_NEW_TOKENS = 256  # prefill work below which a new entry is not worth its disk space
 MIN_GAIN = 32  # cached tokens a load must add over what the model already holds
 STALE_TMP_SECONDS = 3600  # a temporary file this old belongs to a process that died
-SIZE_ENV = "SPECCHAT_PROMPT_CACHE"
-_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 
 @runtime_checkable
 class StatefulModel(Protocol):
-    """What the cache needs from a model (backend.LlamaModel; fakes in tests)."""
+    """What the cache needs from a model (llm.LlamaModel; fakes in tests)."""
 
     @property
     def tokens(self) -> Sequence[int]: ...
@@ -62,25 +58,6 @@ class StatefulModel(Protocol):
     def load_state(self, tokens: Sequence[int], blob: bytes) -> None: ...
 
     def truncate(self, n: int) -> None: ...
-
-
-def prompt_cache_dir() -> Path:
-    """$SPECCHAT_HOME/prompt-cache, else $XDG_CACHE_HOME/specchat/prompt-cache."""
-    return user_path("cache", "prompt-cache")
-
-
-def size_limit(value: str | None = None) -> int:
-    """Bytes the cache may hold, from $SPECCHAT_PROMPT_CACHE ('2G', '500M', '0' or 'off')."""
-    raw = (os.environ.get(SIZE_ENV, "") if value is None else value).strip()
-    if not raw:
-        return DEFAULT_LIMIT
-    if raw.lower() in ("off", "no", "false"):
-        return 0
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?", raw, re.IGNORECASE)
-    if match is None:
-        raise UsageError(f"{SIZE_ENV}={raw!r} is not a size: use e.g. 2G, 500M, or 0 to turn "
-                         "the prompt cache off")
-    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """A remote OpenAI-compatible server as the chat's and ask's backend (`--endpoint URL`).
 
-It offers what the local Runtime offers the chat (answer, complete, effective_options, info)
-but no token ids and no context size: those stay on the server, which enforces its own
-context and says so in an error. Speed figures come from the server when it reports them
+It keeps the Backend contract (base.py) like the local Runtime, without token ids and a
+context size: those stay on the server, which enforces its own context and says so in an
+error. Speed figures come from the server when it reports them
 (specchat serve's usage.speculative and per-chunk `speculative`); otherwise tokens/s is
 measured here from the streamed chunks, and the mode shows as "remote".
 """
@@ -10,15 +10,20 @@ measured here from the streamed chunks, and the mode shows as "remote".
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from specchat.engine.events import Chunk, Event, Finished
-from specchat.engine.loop import ProgressCallback
+from specchat.backend.base import (
+    Backend,
+    Events,
+    Message,
+    ProgressCallback,
+    RuntimeInfo,
+)
+from specchat.engine.events import Chunk, Finished
 from specchat.engine.options import GenerationOptions
 from specchat.engine.stats import Stats
 from specchat.errors import SpecchatError, UsageError
-from specchat.runtime import Message, RuntimeInfo
 
 REMOTE = "remote"
 # OpenAI's finish reasons in the engine's words ("stop" covers both a stop string and the
@@ -34,13 +39,8 @@ def base_url(endpoint: str) -> str:
     return url if url.endswith("/v1") else url + "/v1"
 
 
-class RemoteRuntime:
+class RemoteRuntime(Backend):
     """The conversation goes to a server; everything else about the chat stays the same."""
-
-    n_ctx: int | None = None  # the server enforces its own context
-    token_bytes = None  # no token ids over the API (so no --show-draft colours)
-    chat_tokens = None  # nor the server's tokenizer
-    draft = None
 
     def __init__(self, endpoint: str, api_key: str | None, model: str | None,
                  options: GenerationOptions, timeout: float = 600.0,
@@ -66,16 +66,20 @@ class RemoteRuntime:
             raise SpecchatError(f"{self.url} serves no models: give one with --model")
         return models[0]
 
-    # --- what the chat and ask call ---------------------------------------------------
+    # --- Backend ------------------------------------------------------------------------
+    @property
+    def n_ctx(self) -> None:
+        return None  # the server enforces its own context (and says so)
+
     def answer(self, messages: Sequence[Message], options: GenerationOptions,
-               progress: ProgressCallback | None = None) -> Iterator[Event]:
+               progress: ProgressCallback | None = None) -> Events:
         # The server reads the prompt: there is no local prefill to report on.
         request = dict(model=self.model, messages=list(messages), **self._fields(options))
         return self._events(lambda: self.client.chat.completions.create(**request),
                             lambda choice: choice.delta.content)
 
     def complete(self, text: str, options: GenerationOptions,
-                 progress: ProgressCallback | None = None) -> Iterator[Event]:
+                 progress: ProgressCallback | None = None) -> Events:
         request = dict(model=self.model, prompt=text, **self._fields(options))
         return self._events(lambda: self.client.completions.create(**request),
                             lambda choice: choice.text)
@@ -86,20 +90,11 @@ class RemoteRuntime:
                              "choose (specchat serve: its --spec)")
         return options
 
-    def cached_tokens(self) -> int | None:
-        return None
-
     def stats_lines(self, options: GenerationOptions) -> list[str]:
         return [f"remote      {self.model} at {self.url}"]
 
     def close(self) -> None:
         self.client.close()
-
-    def __enter__(self) -> RemoteRuntime:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     # --- the request and the stream -----------------------------------------------------
     @staticmethod
@@ -125,7 +120,7 @@ class RemoteRuntime:
             fields["extra_body"] = extra
         return fields
 
-    def _events(self, start: Any, text_of: Any) -> Iterator[Event]:
+    def _events(self, start: Any, text_of: Any) -> Events:
         begin = time.perf_counter()
         with self._errors():
             stream = start()
@@ -147,7 +142,7 @@ class RemoteRuntime:
         yield Finished(REASONS.get(live.reason or "stop", "eog"), live.text, (), live.stats())
 
     def _errors(self) -> Any:
-        return _translate(self._openai, self.url)
+        return _Translate(self._openai, self.url)
 
 
 # What specchat serve reports of its engine's Stats (usage.speculative).
@@ -194,23 +189,23 @@ class _Live:
     def stats(self) -> Stats:
         now = time.perf_counter()
         first = self.first or now
-        common: dict[str, Any] = dict(prompt_tokens=self.counts.get("prompt_tokens", 0),
-                      prompt_cached=self.counts.get("prompt_cached", 0),
-                      prompt_seconds=first - self.begin)
+        common: dict[str, Any] = {"prompt_tokens": self.counts.get("prompt_tokens", 0),
+                                  "prompt_cached": self.counts.get("prompt_cached", 0),
+                                  "prompt_seconds": first - self.begin}
         server = self.server
         if server:
-            counts = {name: int(server.get(name) or 0) for name in _COUNTS}
+            values: dict[str, Any] = {name: int(server.get(name) or 0) for name in _COUNTS}
+            values.update({name: float(server.get(name) or 0.0) for name in _SECONDS})
+            values["steps_empty"] = values["steps"] - values["steps_drafted"]
             return Stats(mode=f"{REMOTE} {server.get('mode', '')}".strip(),
                          generated=int(self.counts.get("completion_tokens")
                                        or server.get("completion_tokens", 0)),
-                         steps_empty=counts["steps"] - counts["steps_drafted"], **counts,
-                         **{name: float(server.get(name) or 0.0) for name in _SECONDS},
-                         **common)
+                         **values, **common)
         generated = self.counts.get("completion_tokens") or self.chunks
         return Stats(mode=REMOTE, generated=generated, decode_seconds=now - first, **common)
 
 
-class _translate:
+class _Translate:
     """The openai client's exceptions as one-line specchat errors naming the server."""
 
     def __init__(self, openai: Any, url: str) -> None:

@@ -1,0 +1,1 @@
+"""What answers: the Backend contract, local models (Runtime) and a remote server."""

@@ -1,0 +1,142 @@
+"""Opening local models: resolve (pulling on first use), load, check, and measure what `auto`
+and the thread governor decide with. The result is a local.Runtime.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specchat.backend.base import RuntimeInfo
+from specchat.backend.cpushare import CpuShare
+from specchat.backend.gpu import gpu_key, gpu_layers
+from specchat.backend.local import Runtime
+from specchat.backend.tuning import (
+    Calibration,
+    Tuned,
+    cached_flash_attn,
+    measured_auto_state,
+    plain_step_reference,
+    thread_governor,
+    wants_auto_costs,
+)
+from specchat.llm.template import ChatTemplate, chat_tokens
+from specchat.llm.vocab import check_compatible
+from specchat.models import DEFAULT_TARGET, default_draft_for, resolve_model
+from specchat.settings.load import LoadSettings
+
+if TYPE_CHECKING:
+    from specchat.llm.model import LlamaModel
+
+
+def wants_draft(settings: LoadSettings) -> str | None:
+    """Which draft to load: the one asked for, else the target preset's default, for the
+    modes that draft with a model; None for none."""
+    if not settings.spec.uses_draft_model or settings.no_draft:
+        return None
+    return settings.draft or default_draft_for(settings.model or DEFAULT_TARGET)
+
+
+def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtime:
+    """Resolve, load and check the target and draft models.
+
+    A model file that `reuse` already has loaded (same path) is taken from it instead of
+    being loaded again; Runtime.switch() settles who closes it.
+    """
+    target_name = settings.model or DEFAULT_TARGET
+    draft_name = wants_draft(settings)
+    target_path = resolve_model(target_name, quiet=settings.quiet)
+    draft_path = resolve_model(draft_name, quiet=settings.quiet) if draft_name else None
+    layers, fit = gpu_layers(settings, target_path, draft_path)
+    calibration = Calibration(settings, gpu_key(layers, fit))
+    closers: list[Callable[[], None]] = []
+    target, draft, template = _load(settings, (target_path, draft_path), layers, calibration,
+                                    _loaded_models(reuse), closers)
+    info = RuntimeInfo(
+        target_name=target_name, target_path=str(target_path),
+        draft_name=draft_name, draft_path=str(draft_path) if draft_path else None,
+        template_note=template.note, template_is_fallback=template.is_fallback,
+        gpu=fit.summary() if fit is not None else "", gpu_layers=gpu_key(layers, fit),
+    )
+    if template.is_fallback and not settings.quiet:
+        print(f"specchat: note: {template.note}", file=sys.stderr)
+    runtime = Runtime(
+        target=target, draft=draft,
+        chat_tokens=lambda messages: chat_tokens(target, template, list(messages)),
+        # --raw sends the text verbatim, control tokens included: it is how to write a
+        # prompt in the model's own format (documented in `ask --raw --help` and README).
+        raw_tokens=lambda text: target.tokenize(text, add_special=True, parse_special=True),
+        info=info, speculation_allowed=not target.is_recurrent, closers=closers,
+        settings=settings, reopen=open_runtime,
+    )
+    tuned = Tuned(target, draft, target_path, draft_path, settings, calibration)
+    try:
+        _tune(runtime, tuned)
+    except BaseException:
+        runtime.close()  # only what was loaded here: reused models stay with their owner
+        raise
+    return runtime
+
+
+def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple[int, int],
+          calibration: Calibration, loaded: dict[str, LlamaModel],
+          closers: list[Callable[[], None]]
+          ) -> tuple[LlamaModel, LlamaModel | None, ChatTemplate]:
+    """The target and draft (taken from `loaded` where the file is already open) and the
+    target's chat template; a draft that does not fit the target is refused. What is loaded
+    here is closed by `closers`, also when this fails."""
+    from specchat.llm.model import load_model  # llama.cpp loads only when models do
+
+    def load(path: Path, n_ctx: int, n_gpu_layers: int,
+             flash_attn: bool | None = None) -> LlamaModel:
+        if str(path) in loaded:
+            return loaded[str(path)]
+        model = load_model(path, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
+                           n_threads=settings.threads, verbose=settings.verbose,
+                           flash_attn=flash_attn)
+        closers.append(model.close)
+        return model
+
+    target_path, draft_path = paths
+    target = load(target_path, settings.n_ctx, layers[0],
+                  cached_flash_attn(calibration, target_path))
+    try:
+        draft = None
+        if draft_path is not None:
+            # target.n_ctx, not settings.n_ctx: --ctx 0 resolved to the target's trained one.
+            draft = load(draft_path, target.n_ctx, layers[1])
+            check_compatible(target, draft)
+        return target, draft, ChatTemplate.from_model(target)
+    except BaseException:
+        for close in reversed(closers):
+            close()
+        raise
+
+
+def _tune(runtime: Runtime, tuned: Tuned) -> None:
+    """What `auto` decides with, and the thread governor (both measured once, cached)."""
+    runtime.tuned = tuned
+    auto = None
+    if wants_auto_costs(tuned.settings, runtime.speculation_allowed):
+        runtime.auto, closers = measured_auto_state(tuned)
+        runtime.closers[:0] = closers  # run before the models close
+        auto = runtime.auto
+    share = CpuShare()
+
+    def reference() -> float:
+        if not runtime.speculation_allowed:
+            return float("inf")  # a recurrent cache cannot be measured and put back
+        return plain_step_reference(tuned, auto)
+
+    runtime.governor = thread_governor(tuned, reference, share)
+    runtime.cpu_share = share if runtime.governor is not None else None
+
+
+def _loaded_models(runtime: Runtime | None) -> dict[str, LlamaModel]:
+    if runtime is None or runtime.tuned is None:
+        return {}
+    tuned = runtime.tuned
+    pairs = [(str(tuned.target_path), tuned.target), (str(tuned.draft_path), tuned.draft)]
+    return {path: model for path, model in pairs if model is not None}

@@ -1,0 +1,209 @@
+"""Local models answering: a target (and maybe a draft) plus what turns messages into an answer
+stream (the chat template, the prompt cache, CPU sharing). Loading and switching models is
+loading.py; tests build a Runtime directly from fake parts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from specchat.backend.base import (
+    KEEP,
+    Backend,
+    Events,
+    Message,
+    ProgressCallback,
+    RuntimeInfo,
+)
+from specchat.backend.cpushare import CpuShare
+from specchat.backend.promptcache import PromptCache, StatefulModel
+from specchat.engine.auto import AutoState
+from specchat.engine.events import Event
+from specchat.engine.loop import Hooks, Restore, generate
+from specchat.engine.options import GenerationOptions, Spec
+from specchat.engine.protocol import LogitsModel, common_prefix
+from specchat.engine.stats import Stats
+from specchat.engine.threads import ThreadGovernor
+from specchat.errors import PromptTooLong, UsageError
+from specchat.settings.load import LoadSettings
+
+if TYPE_CHECKING:
+    from specchat.backend.tuning import Tuned
+
+
+@dataclass
+class Runtime(Backend):
+    """A target (and maybe a draft) ready to answer; engine calls go through here."""
+
+    target: LogitsModel
+    draft: LogitsModel | None
+    chat_tokens: Callable[[Sequence[Message]], list[int]]
+    raw_tokens: Callable[[str], list[int]]  # --raw: special-token text becomes those tokens
+    info: RuntimeInfo
+    speculation_allowed: bool = True
+    closers: list[Callable[[], None]] = field(default_factory=list)
+    auto: AutoState = field(default_factory=AutoState)  # learnt across answers
+    settings: LoadSettings | None = None  # how it was opened (None: built by hand, fixed)
+    prompt_cache: PromptCache | None = None  # on-disk prompt states; one-shot commands only
+    governor: ThreadGovernor | None = None  # threads per step, learnt across answers
+    cpu_share: CpuShare | None = None  # the other specchat processes decoding (with governor)
+    # Opens a runtime from settings, reusing this one's models (loading.open_runtime): what
+    # switch() calls. None: built by hand, cannot switch.
+    reopen: Callable[[LoadSettings, Runtime], Runtime] | None = None
+    tuned: Tuned | None = None  # the loaded models as tuning measured them (open_runtime)
+
+    # --- the answer path ---------------------------------------------------------------
+    def stream(self, prompt: Sequence[int], options: GenerationOptions,
+               progress: ProgressCallback | None = None) -> Events:
+        """Generate an answer to `prompt` tokens; the mode comes from options.spec."""
+        options = self.effective_options(options)
+        draft = self.draft_for(options.spec)
+        hooks = Hooks(auto=self.auto, progress=progress, restore=self._restorer(draft),
+                      governor=self.governor)
+        events = generate(self.target, prompt, options, draft=draft, hooks=hooks)
+        if self.governor is None or self.cpu_share is None:
+            return events
+        return self._sharing_cores(events, self.governor, self.cpu_share)
+
+    @staticmethod
+    def _sharing_cores(events: Generator[Event, None, None], governor: ThreadGovernor,
+                       share: CpuShare) -> Events:
+        """Counted among the specchat processes decoding while the answer runs, with this
+        process's share of the cores from the first prefill batch on (cpushare.py)."""
+        share.acquire()
+        try:
+            governor.set_limit(share.threads(governor.cores))
+            yield from events
+        finally:
+            share.release()
+
+    def draft_for(self, mode: Spec) -> LogitsModel | None:
+        """The draft model a mode uses (its cache is prefilled with the prompt)."""
+        return self.draft if mode.uses_draft_model else None
+
+    def _cached_models(self, draft: LogitsModel | None) -> list[StatefulModel]:
+        if self.prompt_cache is None or not self.speculation_allowed:
+            return []  # a recurrent state cannot be cut back to a shared prefix
+        # Fakes in tests may have no saved states: only models that do take part.
+        found: list[StatefulModel] = []
+        for model in (self.target, draft):
+            if isinstance(model, StatefulModel):
+                found.append(model)
+        return found
+
+    def _restorer(self, draft: LogitsModel | None) -> Restore | None:
+        models, cache = self._cached_models(draft), self.prompt_cache
+        if not models or cache is None:
+            return None
+
+        def restore(tokens: Sequence[int]) -> int:
+            # The draft's prefill would otherwise cost a third of the target's.
+            loaded = [cache.restore(model, tokens) for model in models]
+            return loaded[0]
+        return restore
+
+    def remember_prompt(self, prompt: Sequence[int], stats: Stats) -> None:
+        """Save the prompt's KV states (minus the last token, as the prefill leaves them) to
+        the prompt cache, when its prefill did enough work to be worth keeping."""
+        cache = self.prompt_cache
+        if cache is None:
+            return
+        head = list(prompt[:-1])
+        for model in self._cached_models(self.draft_for(Spec(stats.mode))):
+            if common_prefix(model.tokens, head) < len(head):
+                continue  # interrupted before its prefill was complete
+            model.truncate(len(head))
+            cache.save(model, evaluated=stats.prompt_evaluated)
+
+    def fitting(self, tokens: list[int]) -> list[int]:
+        """The tokens, or PromptTooLong when they leave no room in the context."""
+        if len(tokens) >= self.target.n_ctx:
+            raise PromptTooLong(len(tokens), self.target.n_ctx)
+        return tokens
+
+    # --- Backend -------------------------------------------------------------------------
+    @property
+    def n_ctx(self) -> int:
+        return self.target.n_ctx
+
+    @property
+    def token_bytes(self) -> Callable[[int], bytes]:
+        return self.target.token_bytes
+
+    def prompt_tokens(self, messages: Sequence[Message]) -> list[int]:
+        return self.chat_tokens(messages)
+
+    def text_tokens(self, text: str) -> list[int]:
+        return self.raw_tokens(text)
+
+    def answer(self, messages: Sequence[Message], options: GenerationOptions,
+               progress: ProgressCallback | None = None) -> Events:
+        return self.stream(self.fitting(self.chat_tokens(messages)), options, progress=progress)
+
+    def complete(self, text: str, options: GenerationOptions,
+                 progress: ProgressCallback | None = None) -> Events:
+        return self.stream(self.fitting(self.raw_tokens(text)), options, progress=progress)
+
+    def cached_tokens(self) -> int:
+        return len(self.target.tokens)
+
+    def stats_lines(self, options: GenerationOptions) -> list[str]:
+        from specchat.term.summary import auto_lines
+
+        return auto_lines(self.auto, self.draft is not None) if options.spec is Spec.AUTO \
+            else []
+
+    def explain(self, stats: Stats) -> dict[str, Any] | None:
+        return self.auto.explain() if stats.mode == Spec.AUTO else None
+
+    def effective_options(self, options: GenerationOptions) -> GenerationOptions:
+        """Check the mode against what is loaded; refuse what cannot be honoured."""
+        if options.spec is Spec.DRAFT and self.draft is None:
+            raise UsageError("--spec draft needs a draft model: pass --draft NAME_OR_PATH "
+                             "(or use --spec ngram / auto)")
+        if not self.speculation_allowed and options.spec is not Spec.OFF:
+            if options.spec is Spec.AUTO:
+                return options.with_values(spec=Spec.OFF)
+            raise UsageError(f"{self.info.target_name} is a recurrent/hybrid model whose cache "
+                             "cannot be rolled back: speculation is off for it (use --spec off)")
+        return options
+
+    def switch(self, *, model: str | None = KEEP, draft: str | None = KEEP,
+               spec: Spec | None = None) -> Runtime:
+        """Models that stay loaded (same file) move to the new runtime with their KV cache,
+        so a draft switch keeps the target's cached conversation. A new target without an
+        explicit draft gets its own preset's default draft. If anything fails to resolve,
+        load or match, the error propagates and this runtime is untouched."""
+        if self.settings is None or self.reopen is None:
+            raise UsageError("these models were not opened from settings and cannot be "
+                             "switched")
+        changes: dict[str, Any] = {}
+        if model != KEEP:
+            changes["model"] = model
+        if draft != KEEP:
+            changes["draft"] = draft
+        if spec is not None:
+            changes["spec"] = spec  # the mode now in use decides whether a draft is needed
+        fresh = self.reopen(dataclasses.replace(self.settings, **changes), self)
+        kept = (fresh.target, fresh.draft)
+        for close in self.closers:
+            owner = getattr(close, "__self__", None)
+            if owner is not None and any(owner is m for m in kept):
+                fresh.closers.append(close)  # the new runtime owns it now
+            else:
+                close()
+        self.closers.clear()
+        return fresh
+
+    def chosen_models(self) -> dict[str, str | None]:
+        if self.settings is None:
+            return {}
+        return {"model": self.settings.model, "draft": self.settings.draft}
+
+    def close(self) -> None:
+        for close in reversed(self.closers):
+            close()
+        self.closers.clear()

@@ -1,0 +1,171 @@
+"""What this machine costs and how to run on it: calibration tables, the flash attention choice,
+the thread governor, and the one rule for where their measurements are kept.
+
+Measured once per model file, settings and machine (calibration.py does the measuring), kept
+in the calibration file, and handed to the engine as plain numbers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specchat.backend.calibration import (
+    DRAFT_SIZES,
+    TARGET_SIZES,
+    CalibrationCache,
+    choose_flash_attn,
+    cost_table,
+    machine_key,
+    measure,
+    save_if_drifted,
+)
+from specchat.backend.cpushare import CpuShare
+from specchat.engine.auto import AutoState
+from specchat.engine.options import Spec
+from specchat.engine.threads import ThreadGovernor
+from specchat.llm.ggml import default_threads
+from specchat.paths import calibration_file
+from specchat.settings.load import LoadSettings
+from specchat.storage import StorageError
+
+if TYPE_CHECKING:
+    from specchat.llm.model import LlamaModel
+
+CALIBRATION_VERSION = 2  # bump to measure again what older versions measured differently
+
+
+class Calibration:
+    """The calibration file, and the one rule for its keys: the same file, load settings and
+    machine have the same costs (`gpu`: the layer counts --n-gpu-layers auto chose)."""
+
+    def __init__(self, settings: LoadSettings, gpu: str = "",
+                 path: Path | None = None) -> None:
+        self.cache = CalibrationCache(path or calibration_file())
+        self.knobs: dict[str, object] = {"n_gpu_layers": gpu or settings.n_gpu_layers,
+                                         "threads": settings.threads,
+                                         "version": CALIBRATION_VERSION}
+
+    def costs_knobs(self, flash_attn: bool | None) -> dict[str, object]:
+        """What keys a cost table: the load settings and flash attention as measured."""
+        return {**self.knobs, "flash_attn": flash_attn}
+
+    def costs_key(self, model: Path, flash_attn: bool | None) -> str:
+        return machine_key(model, self.costs_knobs(flash_attn))
+
+    def flash_key(self, target: Path) -> str:
+        return "flash-attn-" + machine_key(target, self.knobs)
+
+    @staticmethod
+    def acceptance_key(target: Path, draft: Path | None) -> str:
+        # Acceptance belongs to the pair of models, not to how they are run.
+        return "acceptance-" + machine_key(target, {"draft": str(draft) if draft else None})
+
+    def save_quietly(self, key: str, value: object) -> None:
+        """Learnt state is worth keeping, not worth failing an answer over."""
+        try:
+            self.cache.save_entry(key, value)
+        except StorageError:
+            pass
+
+
+@dataclass
+class Tuned:
+    """The loaded models as tuning sees them, and where their measurements are kept."""
+
+    target: LlamaModel
+    draft: LlamaModel | None
+    target_path: Path
+    draft_path: Path | None
+    settings: LoadSettings
+    calibration: Calibration
+
+
+def measured_auto_state(tuned: Tuned, *, force: bool = False
+                        ) -> tuple[AutoState, list[Callable[[], None]]]:
+    """Cost tables for `auto`, from the calibration file or measured now (once), and what to
+    run when the models close (write back drifted costs and learnt acceptance)."""
+    settings, cal = tuned.settings, tuned.calibration
+    if force or tuned.target.flash_attn is None:
+        _choose_flash_attn(tuned)
+    knobs = cal.costs_knobs(tuned.target.flash_attn)
+
+    def announce(name: str) -> None:
+        if not settings.quiet:
+            print(f"specchat: measuring what {name} costs on this machine (once; cached)",
+                  file=sys.stderr)
+
+    target = cost_table(tuned.target, tuned.target_path, TARGET_SIZES, knobs, cal.cache,
+                        force=force, announce=announce)
+    draft = None
+    if tuned.draft is not None and tuned.draft_path is not None:
+        draft = cost_table(tuned.draft, tuned.draft_path, DRAFT_SIZES, knobs, cal.cache,
+                           force=force, announce=announce)
+    state = AutoState(target_costs=target, draft_costs=draft)
+    # What acceptance this model pair showed before: one-shot asks start from it, not from
+    # the priors (docs/performance.md); written back when the runtime closes.
+    learnt = cal.acceptance_key(tuned.target_path, tuned.draft_path)
+    state.import_acceptance(cal.cache.load_entry(learnt))
+    def save_drifted() -> None:
+        # Costs that drifted more than 20% from the cached ones during this session are kept.
+        save_if_drifted(target, tuned.target_path, knobs, cal.cache)
+
+    def save_learnt() -> None:
+        cal.save_quietly(learnt, state.export_acceptance())
+
+    return state, [save_drifted, save_learnt]
+
+
+def plain_step_reference(tuned: Tuned, auto: AutoState | None) -> float:
+    """Seconds of a plain step on a quiet machine: from the costs `auto` loaded, else the
+    cached table, else the fastest of three single-token evals now (~0.1 s, not cached)."""
+    if auto is not None:
+        return auto.target_costs.cost(1)
+    cal = tuned.calibration
+    table = cal.cache.load(cal.costs_key(tuned.target_path, tuned.target.flash_attn))
+    if table is not None:
+        return table.cost(1)
+    return measure(tuned.target, sizes=(1,), repeats=3)[1]
+
+
+def thread_governor(tuned: Tuned, reference: Callable[[], float],
+                    share: CpuShare | None = None) -> ThreadGovernor | None:
+    """Fewer threads while other processes compete for the cores (engine/threads.py); not
+    for GPU offload, nor when pinned to one thread, nor with SPECCHAT_FIXED_THREADS=1."""
+    settings = tuned.settings
+    threads = settings.threads or default_threads()
+    if threads <= 1 or settings.n_gpu_layers not in (None, 0) or \
+            os.environ.get("SPECCHAT_FIXED_THREADS") == "1":
+        return None
+    from specchat.llm import gpu_offload_supported
+
+    if settings.n_gpu_layers is None and gpu_offload_supported():
+        return None
+    setters = [m.set_threads for m in (tuned.target, tuned.draft) if m is not None]
+    return ThreadGovernor(threads, setters, reference(),
+                          None if share is None else lambda: share.threads(threads))
+
+
+def cached_flash_attn(calibration: Calibration, target: Path) -> bool | None:
+    """Flash attention as measured best for this file here (None: not measured yet)."""
+    entry = calibration.cache.load_entry(calibration.flash_key(target))
+    choice = entry.get("flash_attn") if isinstance(entry, dict) else None
+    return choice if isinstance(choice, bool) else None
+
+
+def _choose_flash_attn(tuned: Tuned) -> None:
+    """Measure flash attention on and off (once per file and machine) and keep the winner."""
+    if not tuned.settings.quiet:
+        print("specchat: measuring flash attention on and off here (once; cached)",
+              file=sys.stderr)
+    result = choose_flash_attn(tuned.target)
+    tuned.calibration.save_quietly(tuned.calibration.flash_key(tuned.target_path), result)
+
+
+def wants_auto_costs(settings: LoadSettings, speculation_allowed: bool) -> bool:
+    """Whether loading must measure (or read) what `auto` decides with."""
+    return settings.spec is Spec.AUTO and speculation_allowed

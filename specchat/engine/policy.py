@@ -1,0 +1,97 @@
+"""Draft policies: per step, what to draft (and how much), and learning from how it went.
+
+The loop asks its policy for a draft of at most `limit` tokens before every step (an empty
+draft means a plain step) and reports what the target kept. `off` is Plain; `draft` and
+`ngram` are Adaptive over one drafter; `auto` (auto.py) weighs every drafter against a plain
+step with measured costs. Exactness never depends on the policy: the loop verifies whatever
+is proposed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from specchat.engine.drafters import EMPTY_DRAFT, Draft, Drafter
+
+
+class DraftPolicy(Protocol):
+    def prepare(self, context: Sequence[int]) -> None:
+        """Take in the prompt before decoding starts (timed with the prompt)."""
+        ...
+
+    def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
+        """At most `limit` tokens to verify after `context` (none: a plain step)."""
+        ...
+
+    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
+                verify_seconds: float = 0.0) -> None:
+        """What the last step drafted and how many of those the target kept."""
+        ...
+
+    def rollback(self, context: Sequence[int]) -> None:
+        """The loop committed `context`; drop whatever state went beyond it."""
+        ...
+
+    def reset(self, context: Sequence[int]) -> None:
+        """Make the state consistent with `context` trusting nothing (after an exception)."""
+        ...
+
+
+class Plain:
+    """Never drafts: plain decoding through the same loop (`off`, or draft_max 0)."""
+
+    def prepare(self, context: Sequence[int]) -> None:
+        return None
+
+    def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
+        return EMPTY_DRAFT
+
+    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
+                verify_seconds: float = 0.0) -> None:
+        return None
+
+    def rollback(self, context: Sequence[int]) -> None:
+        return None
+
+    def reset(self, context: Sequence[int]) -> None:
+        return None
+
+
+class Adaptive:
+    """One drafter, always asked (the `draft` and `ngram` modes). Its k doubles after a fully
+    accepted draft (up to k_max) and drops to accepted + 1 after a rejection: long drafts
+    while copying, short ones otherwise, since on CPUs every rejected token costs most of a
+    step (docs/costs.md)."""
+
+    def __init__(self, drafter: Drafter, k_max: int, k_start: int = 4) -> None:
+        self.drafter = drafter
+        self.k_max = max(0, k_max)
+        self.k = min(max(1, k_start), self.k_max)
+
+    def prepare(self, context: Sequence[int]) -> None:
+        self.drafter.prepare(context)
+
+    def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
+        k = min(self.k, limit)
+        if k <= 0:
+            return EMPTY_DRAFT
+        draft = self.drafter.propose(context, k, rng)
+        return Draft(draft.tokens[:k], None if draft.q is None else draft.q[:k])
+
+    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
+                verify_seconds: float = 0.0) -> None:
+        if drafted == 0 or self.k_max == 0:
+            return  # nothing was proposed (no n-gram match): no evidence either way
+        if accepted >= drafted:
+            self.k = min(self.k_max, max(self.k, drafted) * 2)
+        else:
+            self.k = min(self.k_max, accepted + 1)
+
+    def rollback(self, context: Sequence[int]) -> None:
+        self.drafter.rollback(context)
+
+    def reset(self, context: Sequence[int]) -> None:
+        self.drafter.reset(context)

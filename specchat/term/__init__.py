@@ -1,0 +1,1 @@
+"""What reaches a terminal: stdout, progress lines and summaries."""
