@@ -12,6 +12,7 @@ Precedence, highest first: flag > environment variable > profile > config file >
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -215,6 +216,10 @@ def _parse_draft(text: str) -> str | None:
     return None if low in ("default", "") else text
 
 
+def _positive(value: float) -> str | None:
+    return None if 0 < value < math.inf else "must be a positive number"
+
+
 def _at_least(low: float, what: str = "") -> Checker:
     return lambda v: None if v >= low else f"must be >= {low:g}{what}"
 
@@ -301,6 +306,9 @@ OPTIONS: tuple[Option, ...] = (
            "local models.", REMOTE, optional=True, metavar="URL"),
     Option("api_key", str, None, "API key: sent to --endpoint; required by `serve` when set.",
            REMOTE, optional=True, secret=True, metavar="KEY"),
+    Option("timeout", float, 120.0, "Seconds --endpoint may stay silent: to connect (at most "
+           "10 of them) and between two parts of an answer.", REMOTE, check=_positive,
+           metavar="SECONDS"),
     # --- specchat serve -------------------------------------------------------------------------
     Option("host", str, "127.0.0.1", "Address to listen on.", SERVER),
     Option("port", int, 8080, "Port to listen on.", SERVER,
