@@ -238,10 +238,32 @@ def test_error_bodies(served: Served) -> None:
             model=MODEL, messages=[{"role": "user", "content": "word " * 3000}])
     assert long.value.body["code"] == "context_length_exceeded"  # type: ignore[index]
     raw = httpx.post(served.url + "/v1/chat/completions", content=b"{not json",
-                     headers={"Authorization": f"Bearer {KEY}"})
+                     headers={"Authorization": f"Bearer {KEY}",
+                              "Content-Type": "application/json"})
     assert raw.status_code == 400 and "not valid JSON" in raw.json()["error"]["message"]
     assert "Traceback" not in served.log_text()
     assert served.client().models.list().data[0].id == MODEL  # still serving
+
+
+def test_an_overlong_message_is_refused_before_it_is_tokenized(served: Served) -> None:
+    """1.5 MB of text cannot fit 2048 tokens whatever the tokenizer does: the refusal says
+    "at least", the bound found from the text's length and the longest token, not a count."""
+    with pytest.raises(openai.BadRequestError) as long:
+        served.client().chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "word " * 300_000}])
+    body = long.value.body
+    assert body["code"] == "context_length_exceeded"  # type: ignore[index]
+    assert "the prompt is at least" in body["message"]  # type: ignore[index]
+    completion = httpx_post(served, "/v1/completions",
+                            {"model": MODEL, "prompt": "word " * 300_000})
+    assert completion.status_code == 400 and "at least" in completion.text
+
+
+def httpx_post(served: Served, path: str, body: dict[str, object]) -> object:
+    import httpx
+
+    return httpx.post(served.url + path, json=body, timeout=120,
+                      headers={"Authorization": f"Bearer {KEY}"})
 
 
 def test_endpoint_round_trips_from_ask_and_chat(served: Served) -> None:
