@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +18,8 @@ import httpx
 import pytest
 
 from tests.clirun import FakeStdin, run_cli
+from tests.serveproc import free_port, wait_ready
+from tests.serveproc import stop as stop_process
 
 openai = pytest.importorskip("openai")
 
@@ -52,14 +53,8 @@ class Server:
                           headers={"Content-Type": content_type, **headers})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start(home: Path, *args: str, delay: float = 0.0, files: int | None = None) -> Server:
-    port = _free_port()
+    port = free_port()
     home.mkdir(parents=True, exist_ok=True)
     log, calls = home / f"serve-{port}.log", home / f"calls-{port}.log"
     env = {**os.environ, "SPECCHAT_HOME": str(home), "PYTHONPATH": str(ROOT),
@@ -73,28 +68,12 @@ def start(home: Path, *args: str, delay: float = 0.0, files: int | None = None) 
         proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                 stderr=sink)
     server = Server(f"http://127.0.0.1:{port}", port, proc, log, calls)
-    for _ in range(600):
-        if proc.poll() is not None:
-            pytest.fail(f"specchat serve exited {proc.returncode}:\n{server.log_text()}")
-        try:
-            if httpx.get(server.url + "/health", timeout=5).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail(f"specchat serve never became ready:\n{server.log_text()}")
-    raise AssertionError  # unreachable
+    wait_ready(proc, server.url, log)
+    return server
 
 
 def stop(server: Server) -> None:
-    if server.proc.poll() is None:
-        server.proc.send_signal(signal.SIGTERM)
-    try:
-        server.proc.wait(60)
-    except subprocess.TimeoutExpired:
-        server.proc.kill()
-        raise
+    stop_process(server.proc)
 
 
 @pytest.fixture(scope="module")
