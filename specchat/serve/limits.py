@@ -91,6 +91,7 @@ def guarded_protocol(max_connections: int, header_timeout: float) -> type[H11Pro
 
     class Guarded(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
+        _heard = False  # bytes of a request arrived since the timer was armed
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -103,6 +104,10 @@ def guarded_protocol(max_connections: int, header_timeout: float) -> type[H11Pro
                 transport.close()
                 return
             self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            self._heard = True
+            super().data_received(data)
 
         def handle_events(self) -> None:
             before = self.cycle
@@ -122,6 +127,7 @@ def guarded_protocol(max_connections: int, header_timeout: float) -> type[H11Pro
 
         def _arm(self) -> None:
             self._disarm()
+            self._heard = False
             self._header_timer = self.loop.call_later(header_timeout, self._too_slow)
 
         def _disarm(self) -> None:
@@ -133,11 +139,12 @@ def guarded_protocol(max_connections: int, header_timeout: float) -> type[H11Pro
             self._header_timer = None
             if self.transport.is_closing():
                 return
-            NOTICES.say("slow", f"warning: closed a connection that sent no complete request "
-                        f"within {header_timeout:g} s (--read-timeout)")
-            transport = self.transport
-            transport.write(_response(408, "Request Timeout", "request_timeout",
-                                      f"no complete request within {header_timeout:g} s"))
-            transport.close()
+            if self._heard:  # half a request: say why; a silent connection is just closed
+                NOTICES.say("slow", f"warning: closed a connection that sent no complete "
+                            f"request within {header_timeout:g} s (--read-timeout)")
+                self.transport.write(_response(408, "Request Timeout", "request_timeout",
+                                               f"no complete request within "
+                                               f"{header_timeout:g} s"))
+            self.transport.close()
 
     return Guarded
