@@ -86,65 +86,71 @@ def _response(status: int, reason: str, code: str, message: str) -> bytes:
             ).encode() + body
 
 
-def guarded_protocol(max_connections: int, header_timeout: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with a connection cap and a deadline for request headers."""
+class GuardedH11(H11Protocol):
+    """uvicorn's h11 protocol with a connection cap and a deadline for request headers
+    (guarded_protocol() sets the two numbers)."""
 
-    class Guarded(H11Protocol):
-        _header_timer: asyncio.TimerHandle | None = None
-        _heard = False  # bytes of a request arrived since the timer was armed
+    max_connections = 64
+    header_timeout = 20.0
+    _header_timer: asyncio.TimerHandle | None = None
+    _heard = False  # bytes of a request arrived since the timer was armed
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            if len(self.connections) > max_connections:
-                NOTICES.say("busy", f"warning: {max_connections} connections are open "
-                            "(--max-connections): refusing more until some close")
-                transport.write(_response(503, "Service Unavailable", "too_many_connections",
-                                          "the server has too many open connections; retry "
-                                          "in a moment"))
-                transport.close()
-                return
-            self._arm()
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            NOTICES.say("busy", f"warning: {self.max_connections} connections are open "
+                        "(--max-connections): refusing more until some close")
+            transport.write(_response(503, "Service Unavailable", "too_many_connections",
+                                      "the server has too many open connections; retry in a "
+                                      "moment"))
+            transport.close()
+            return
+        self._arm()
 
-        def data_received(self, data: bytes) -> None:
-            self._heard = True
-            super().data_received(data)
+    def data_received(self, data: bytes) -> None:
+        self._heard = True
+        super().data_received(data)
 
-        def handle_events(self) -> None:
-            before = self.cycle
-            super().handle_events()
-            if self.cycle is not before:
-                self._disarm()  # a request's headers are all in
+    def handle_events(self) -> None:
+        before = self.cycle
+        super().handle_events()
+        if self.cycle is not before:
+            self._disarm()  # a request's headers are all in
 
-        def on_response_complete(self) -> None:
-            self._arm()  # before super(): it may start a pipelined request, which disarms
-            super().on_response_complete()
-            if self.transport.is_closing():
-                self._disarm()
-
-        def connection_lost(self, exc: Exception | None) -> None:
+    def on_response_complete(self) -> None:
+        self._arm()  # before super(): it may start a pipelined request, which disarms
+        super().on_response_complete()
+        if self.transport.is_closing():
             self._disarm()
-            super().connection_lost(exc)
 
-        def _arm(self) -> None:
-            self._disarm()
-            self._heard = False
-            self._header_timer = self.loop.call_later(header_timeout, self._too_slow)
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
 
-        def _disarm(self) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-                self._header_timer = None
+    def _arm(self) -> None:
+        self._disarm()
+        self._heard = False
+        self._header_timer = self.loop.call_later(self.header_timeout, self._too_slow)
 
-        def _too_slow(self) -> None:
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
             self._header_timer = None
-            if self.transport.is_closing():
-                return
-            if self._heard:  # half a request: say why; a silent connection is just closed
-                NOTICES.say("slow", f"warning: closed a connection that sent no complete "
-                            f"request within {header_timeout:g} s (--read-timeout)")
-                self.transport.write(_response(408, "Request Timeout", "request_timeout",
-                                               f"no complete request within "
-                                               f"{header_timeout:g} s"))
-            self.transport.close()
 
-    return Guarded
+    def _too_slow(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing():
+            return
+        if self._heard:  # half a request: say why; a silent connection is just closed
+            limit = f"{self.header_timeout:g} s"
+            NOTICES.say("slow", f"warning: closed a connection that sent no complete request "
+                        f"within {limit} (--read-timeout)")
+            self.transport.write(_response(408, "Request Timeout", "request_timeout",
+                                           f"no complete request within {limit}"))
+        self.transport.close()
+
+
+def guarded_protocol(max_connections: int, header_timeout: float) -> type[H11Protocol]:
+    """GuardedH11 with these limits, as the protocol class uvicorn instantiates."""
+    return type("Guarded", (GuardedH11,), {"max_connections": max_connections,
+                                           "header_timeout": header_timeout})
