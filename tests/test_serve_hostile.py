@@ -116,10 +116,12 @@ def test_cors_only_for_listed_origins(served: Server) -> None:
     assert "access-control-allow-origin" not in refused.headers
     error = _error(served.post(json.dumps(HELLO), Origin="http://evil.example"), 403)
     assert error["code"] == "origin_not_allowed" and "--cors-origin" in str(error["message"])
-    friend = {**preflight, "Origin": "http://localhost:3000"}
+    friend = {**preflight, "Origin": "http://localhost:3000",
+              "Access-Control-Request-Headers": "authorization, content-type, x-stainless-os"}
     allowed = httpx.options(served.url + "/v1/chat/completions", headers=friend)
     assert allowed.status_code == 204
     assert allowed.headers["access-control-allow-origin"] == "http://localhost:3000"
+    assert "x-stainless-os" in allowed.headers["access-control-allow-headers"]
     answer = served.post(json.dumps(HELLO), Origin="http://localhost:3000")
     assert answer.status_code == 200
     assert answer.headers["access-control-allow-origin"] == "http://localhost:3000"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _LOCAL_NAMES = ("localhost",)
 _PREFLIGHT_HEADERS = "authorization, content-type"
+_HEADER_NAME = re.compile(r"[a-z0-9!#$%&'*+.^_`|~-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ class Guard:
         origin = headers.get("origin")
         if origin is not None and scope["method"] == "OPTIONS" and \
                 "access-control-request-method" in headers:
-            await _preflight(send, origin)
+            await _preflight(send, origin, headers.get("access-control-request-headers", ""))
             return
         if scope["method"] == "POST":
             body = await self._body(scope, receive, send, headers)
@@ -197,10 +199,14 @@ def _with_cors(send: Send, origin: str) -> Send:
     return add
 
 
-async def _preflight(send: Send, origin: str) -> None:
+async def _preflight(send: Send, origin: str, wanted: str) -> None:
+    # The origin is one the user listed: the headers its client asks for (OpenAI's JS client
+    # adds x-stainless-* ones) are allowed, as long as they are plain header names.
+    names = [n.strip().lower() for n in wanted.split(",") if n.strip()]
+    allowed = ", ".join(n for n in names if _HEADER_NAME.fullmatch(n)) or _PREFLIGHT_HEADERS
     headers = [(b"access-control-allow-origin", origin.encode("latin-1")),
                (b"access-control-allow-methods", b"GET, POST"),
-               (b"access-control-allow-headers", _PREFLIGHT_HEADERS.encode()),
+               (b"access-control-allow-headers", allowed.encode("latin-1")),
                (b"access-control-max-age", b"600"), (b"vary", b"Origin"),
                (b"content-length", b"0")]
     await send({"type": "http.response.start", "status": 204, "headers": headers})
