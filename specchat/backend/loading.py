@@ -68,6 +68,8 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
         # --raw sends the text verbatim, control tokens included: it is how to write a
         # prompt in the model's own format (documented in `ask --raw --help` and README).
         raw_tokens=lambda text: target.tokenize(text, add_special=True, parse_special=True),
+        least_tokens=lambda prompt: target.fewest_tokens(
+            prompt if isinstance(prompt, str) else template.render(list(prompt))),
         info=info, speculation_allowed=not target.is_recurrent, closers=closers,
         settings=settings, reopen=open_runtime,
     )

@@ -43,6 +43,9 @@ class Runtime(Backend):
     chat_tokens: Callable[[Sequence[Message]], list[int]]
     raw_tokens: Callable[[str], list[int]]  # --raw: special-token text becomes those tokens
     info: RuntimeInfo
+    # A lower bound on a prompt's tokens (chat messages, or raw text) found without
+    # tokenizing it, so an over-long prompt is refused in time linear in its size.
+    least_tokens: Callable[[Sequence[Message] | str], int] = lambda prompt: 0
     speculation_allowed: bool = True
     closers: list[Callable[[], None]] = field(default_factory=list)
     auto: AutoState = field(default_factory=AutoState)  # learnt across answers
@@ -124,6 +127,12 @@ class Runtime(Backend):
             raise PromptTooLong(len(tokens), self.target.n_ctx)
         return tokens
 
+    def refuse_certainly_long(self, prompt: Sequence[Message] | str) -> None:
+        """PromptTooLong, before any tokenizing, for a prompt that cannot fit."""
+        least = self.least_tokens(prompt)
+        if least >= self.target.n_ctx:
+            raise PromptTooLong(least, self.target.n_ctx, at_least=True)
+
     # --- Backend -------------------------------------------------------------------------
     @property
     def n_ctx(self) -> int:
@@ -141,10 +150,12 @@ class Runtime(Backend):
 
     def answer(self, messages: Sequence[Message], options: GenerationOptions,
                progress: ProgressCallback | None = None) -> Events:
+        self.refuse_certainly_long(messages)
         return self.stream(self.fitting(self.chat_tokens(messages)), options, progress=progress)
 
     def complete(self, text: str, options: GenerationOptions,
                  progress: ProgressCallback | None = None) -> Events:
+        self.refuse_certainly_long(text)
         return self.stream(self.fitting(self.raw_tokens(text)), options, progress=progress)
 
     def cached_tokens(self) -> int:

@@ -113,8 +113,10 @@ def _ask_local(settings: Settings, options: GenerationOptions, attached: list[At
         counts: list[int | None] = list(measure(attached, runtime.text_tokens,
                                                 runtime.n_ctx))
         message = compose(attached, text)
-        tokens = runtime.fitting(runtime.raw_tokens(message) if raw else
-                                 runtime.chat_tokens(messages_for(message, settings["system"])))
+        prompt = message if raw else messages_for(message, settings["system"])
+        runtime.refuse_certainly_long(prompt)  # before tokenizing a prompt that cannot fit
+        tokens = runtime.fitting(runtime.raw_tokens(message) if isinstance(prompt, str) else
+                                 runtime.chat_tokens(prompt))
         finished = stream_answer(
             lambda progress: runtime.stream(tokens, options, progress=progress), echo)
         if finished is not None:

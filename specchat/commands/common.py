@@ -48,4 +48,4 @@ def open_remote(settings: Settings, options: GenerationOptions) -> RemoteRuntime
         raise UsageError("--draft has no effect with --endpoint: the server chooses its own "
                          "draft (specchat serve -d NAME, or vLLM's speculative config)")
     return RemoteRuntime(settings["endpoint"], settings.get("api_key"), settings.get("model"),
-                         options)
+                         options, timeout=settings["timeout"])

@@ -34,7 +34,12 @@ from specchat.llm.lib import (
     open_model,
     read_metadata,
 )
-from specchat.llm.vocab import VocabInfo
+from specchat.llm.vocab import VOCAB_TYPES, VocabInfo
+
+WPM = next(k for k, v in VOCAB_TYPES.items() if v == "wpm")
+# fewest_tokens() scans the vocabulary only for a text of at least this many bytes per
+# context position: real text is 3-5 bytes a token, so such a text is tokenized at length.
+SCAN_FROM = 32
 
 
 def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None = None,
@@ -118,6 +123,7 @@ class LlamaModel:
         self.flash_attn: bool | None = None  # None: llama.cpp's own choice ("auto")
         self._tokens: list[int] = []
         self._pieces: dict[int, bytes] = {}
+        self._longest: int | None = None  # the most bytes one token stands for (fewest_tokens)
         self._eog: frozenset[int] | None = None
         self._metadata: dict[str, str] | None = None
         self._batch: Any = llama_cpp.llama_batch_init(n_batch, 0, 1)
@@ -296,6 +302,23 @@ class LlamaModel:
             lambda arr, size: llama_cpp.llama_tokenize(self._vocab, data, len(data), arr, size,
                                                        add_special, parse_special),
             len(data) + 8)
+
+    def fewest_tokens(self, text: str) -> int:
+        """A lower bound on len(tokenize(text)), found in time linear in its length without
+        tokenizing it: the text's bytes over twice the longest token's (twice: a tokenizer
+        may normalize text to fewer bytes). 0 for WPM vocabularies (one [UNK] token can
+        stand for a whole word), and for texts under SCAN_FROM bytes per context position:
+        tokenizing those costs less than the one scan of the vocabulary the bound needs."""
+        size = len(text.encode("utf-8", errors="surrogatepass"))
+        if size < SCAN_FROM * self._n_ctx or \
+                int(llama_cpp.llama_vocab_type(self._vocab)) == WPM:
+            return 0
+        if self._longest is None:  # once per model: 0.4-1 s for 150,000-260,000 tokens
+            buf = ctypes.create_string_buffer(256)
+            pieces = (llama_cpp.llama_token_to_piece(self._vocab, t, buf, 256, 0, True)
+                      for t in range(self._n_vocab))
+            self._longest = max(abs(n) for n in pieces)  # -n: it needs n bytes
+        return size // (2 * max(self._longest, 1))
 
     def token_text(self, token: int) -> str:
         """The token's text as stored in the vocabulary (e.g. '<|im_end|>', 'Ġthe')."""
