@@ -126,10 +126,18 @@ class CalibrationCache:
         self.path = path
         self.warned = False
 
+    def read(self) -> dict[str, Any]:
+        """The whole file as a dict; {} for a missing, unreadable or corrupt one (bounded:
+        a device or a FIFO in its place is not read)."""
+        try:
+            data = json.loads(storage.read_limited(self.path, storage.SETTINGS_LIMIT))
+        except (OSError, StorageError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
     def load(self, key: str) -> CostTable | None:
         try:
-            data = json.loads(self.path.read_text())
-            seconds = data[key]["seconds"]
+            seconds = self.read()[key]["seconds"]
             if isinstance(seconds, list) and seconds and all(
                     isinstance(s, (int, float)) and s > 0 for s in seconds):
                 return CostTable([float(s) for s in seconds])
@@ -142,19 +150,10 @@ class CalibrationCache:
 
     def load_entry(self, key: str) -> object | None:
         """Any JSON value stored under key (the caller validates it), or None."""
-        try:
-            data = json.loads(self.path.read_text())
-            return data.get(key) if isinstance(data, dict) else None
-        except (OSError, ValueError):
-            return None
+        return self.read().get(key)
 
     def save_entry(self, key: str, value: object) -> None:
-        try:
-            data = json.loads(self.path.read_text())
-            if not isinstance(data, dict):
-                data = {}
-        except (OSError, ValueError):
-            data = {}
+        data = self.read()
         data[key] = value
         try:
             storage.atomic_write(self.path, json.dumps(data, indent=1), private=False)

@@ -4,7 +4,6 @@ and the thread governor decide with. The result is a local.Runtime.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +25,7 @@ from specchat.llm.template import ChatTemplate, chat_tokens
 from specchat.llm.vocab import check_compatible
 from specchat.models import DEFAULT_TARGET, default_draft_for, resolve_model
 from specchat.settings.load import LoadSettings
+from specchat.term.safe import note
 
 if TYPE_CHECKING:
     from specchat.llm.model import LlamaModel
@@ -61,7 +61,7 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
         gpu=fit.summary() if fit is not None else "", gpu_layers=gpu_key(layers, fit),
     )
     if template.is_fallback and not settings.quiet:
-        print(f"specchat: note: {template.note}", file=sys.stderr)
+        note(f"specchat: note: {template.note}")
     runtime = Runtime(
         target=target, draft=draft,
         chat_tokens=lambda messages: chat_tokens(target, template, list(messages)),

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import typer
 
 from specchat import __version__
+from specchat.term import output
+from specchat.term.safe import visible
 
 # ggml registry backend name -> backends/ profile that builds it.
 PROFILE_FOR_BACKEND = {"CUDA": "cuda", "Metal": "metal", "Vulkan": "vulkan", "CPU": "cpu"}
@@ -69,12 +71,12 @@ def doctor_command(
     """Check the install: versions, llama.cpp build and GPU offload, model cache, backend hint."""
     rows, healthy = collect()
     if as_json:
-        print(json.dumps(dict(rows), indent=2))
+        output.line(json.dumps(dict(rows), indent=2))
     elif sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
         _print_rich(rows)
     else:
         for key, value in rows:
-            print(f"{key}: {value}")
+            output.line(f"{key}: {value}")
     if not healthy:
         raise typer.Exit(1)
 
@@ -172,11 +174,12 @@ def _guard(label: str, probe: Callable[[], list[tuple[str, str]]]) -> list[tuple
 
 def _print_rich(rows: list[tuple[str, str]]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="specchat doctor", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(overflow="fold")
-    for key, value in rows:
-        table.add_row(key, value)
+    for key, value in rows:  # file and model names: shown, not obeyed, and not markup
+        table.add_row(escape(visible(key)), escape(visible(value)))
     Console().print(table)
