@@ -127,8 +127,18 @@ def atomic_write(path: Path, data: bytes | str, *, private: bool = True,
     except OSError as exc:
         raise StorageError(f"cannot write {path}: {describe(exc)}") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        _remove_quietly(tmp)
     return path
+
+
+def _remove_quietly(path: Path) -> None:
+    """Remove our temporary file if it is there; a read-only file system refuses even the
+    removal of a name it does not hold (EROFS, not ENOENT), which must not hide the real
+    error with a temporary file's name."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def write_target(path: Path) -> Path:

@@ -145,15 +145,27 @@ class Terminal:
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", "t", check=False)
 
-    def wait_for(self, text: str, timeout: float = 60.0) -> str:
+    def wait_for(self, text: str, timeout: float = 60.0, count: int = 1) -> str:
+        """The screen once `text` is on it (`count` times); AssertionError after timeout."""
         deadline = time.monotonic() + timeout
         screen = ""
         while time.monotonic() < deadline:
             screen = self.screen()
-            if text in screen:
+            if screen.count(text) >= count:
                 return screen
             time.sleep(0.1)
         raise AssertionError(f"{text!r} never appeared on the screen:\n{screen}")
+
+    def leave(self, marker: str) -> str:
+        """Ctrl-D until `marker` shows the chat has left (a key sent while the prompt is
+        being drawn can be missed)."""
+        for _ in range(5):
+            self.keys("C-d")
+            try:
+                return self.wait_for(marker, timeout=10)
+            except AssertionError:
+                continue
+        return self.wait_for(marker, timeout=1)
 
     def clipboard(self) -> str:
         """What was written to the clipboard (tmux's paste buffers), '' when nothing."""

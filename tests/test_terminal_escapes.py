@@ -123,21 +123,11 @@ def test_an_interactive_chat_and_its_replay_show_escapes_in_a_real_terminal(
     term.wait_for("/help for commands")
     term.keys("first question", "Enter")
     term.wait_for("first token")
-    _leave(term, "EXIT=0")
+    term.leave("EXIT=0")
     term.keys(f"{FAKE} chat --continue; echo AGAIN=$?", "Enter")  # replays the saved turn
     term.wait_for(">>> first question")
     term.wait_for("/help for commands")
-    screen = _leave(term, "AGAIN=0")
+    screen = term.leave("AGAIN=0")
     _assert_not_obeyed(term, screen, "first question")
     assert screen.count("before ^[]52;c;cHduZWQ=^G") >= 2, screen
 
-
-def _leave(term: hostile.Terminal, marker: str) -> str:
-    """Ctrl-D until the chat has left (a key sent while the prompt starts may be missed)."""
-    for _ in range(5):
-        term.keys("C-d")
-        try:
-            return term.wait_for(marker, timeout=10)
-        except AssertionError:
-            continue
-    return term.wait_for(marker, timeout=1)

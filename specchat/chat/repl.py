@@ -10,6 +10,7 @@ leaves with 0. Ctrl-C during an answer is handled by ChatSession.ask (the answer
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -118,6 +119,28 @@ def _current_text_in_block() -> bool:
     return in_open_block(get_app().current_buffer.text)
 
 
+class KeptHistory(FileHistory):
+    """prompt-toolkit's file history, appended through storage (a full disk cuts the record
+    back instead of tearing it); a failure is kept in `problem` for the REPL to say once,
+    never raised into prompt-toolkit (where it would be a traceback)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(str(path))
+        self.path = path
+        self.problem: str | None = None
+
+    def store_string(self, string: str) -> None:
+        # prompt-toolkit's own record format: a comment line, then each line after a "+".
+        record = f"\n# {datetime.datetime.now()}\n" + "".join(
+            f"+{line}\n" for line in string.split("\n"))
+        try:
+            storage.append_bytes(self.path, record.encode("utf-8", errors="replace"))
+        except StorageError as exc:
+            self.problem = str(exc)
+        else:
+            self.problem = None
+
+
 def make_prompt(chat: ChatSession, *, history_path: Path | None,
                 input: Input | None = None, output: Output | None = None
                 ) -> PromptSession[str]:
@@ -126,7 +149,7 @@ def make_prompt(chat: ChatSession, *, history_path: Path | None,
         try:
             # prompt-toolkit appends with the umask's mode: the file must exist, private,
             # before it first writes the user's lines there.
-            history = FileHistory(str(storage.ensure_file(history_path)))
+            history = KeptHistory(storage.ensure_file(history_path))
         except StorageError as exc:
             chat.renderer.note(f"input history not kept ({exc})")
     return PromptSession(
@@ -139,6 +162,7 @@ def make_prompt(chat: ChatSession, *, history_path: Path | None,
 
 def run(chat: ChatSession, prompt: PromptSession[str]) -> int:
     """The loop; returns the exit code (0 for Ctrl-D and /bye, 130 for Ctrl-C)."""
+    said: str | None = None  # the input history's last problem, said once
     while True:
         try:
             text = prompt.prompt()
@@ -146,6 +170,10 @@ def run(chat: ChatSession, prompt: PromptSession[str]) -> int:
             return EXIT_INTERRUPTED
         except EOFError:
             return 0
+        problem = getattr(prompt.history, "problem", None)
+        if problem is not None and said is None:
+            chat.renderer.note(f"input history not kept: {problem} (the chat goes on)")
+        said = problem
         message = clean_message(text)
         if not message:
             continue

@@ -58,6 +58,7 @@ class ChatSession:
     attached_tokens: int = 0  # what files attached in this session took
     plain: bool = False  # --plain / /set plain: no Markdown
     wants_show_draft: bool = False  # --show-draft (the renderer may be unable to colour)
+    unsaved: bool = False  # saving failed and it was said: quiet until a save works again
 
     # --- turns ------------------------------------------------------------------------
     def attach(self, name: str) -> int:
@@ -169,8 +170,21 @@ class ChatSession:
         try:
             self.store.append(record)
         except StorageError as exc:
-            self.renderer.error(f"not saved: {exc} (the chat goes on; /save FILE keeps it "
-                                "elsewhere)")
+            if not self.unsaved:  # a read-only or full disk is said once, not every turn
+                self.renderer.error(f"not saved: {exc} (the chat goes on; /save FILE keeps "
+                                    "it elsewhere)")
+            self.unsaved = True
+        else:
+            self.unsaved = False
+
+    def check_saving(self) -> None:
+        """Say at the start, once, when turns cannot be saved (a read-only state directory):
+        the chat goes on without saving."""
+        problem = self.store.problem()
+        if problem is not None:
+            self.renderer.note(f"turns will not be saved: {problem} (the chat goes on; "
+                               "/save FILE keeps a copy elsewhere)")
+            self.unsaved = True
 
     def load(self, path: Path) -> None:
         """Continue from a saved file; new turns go to a new file, the loaded one stays."""

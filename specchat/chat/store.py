@@ -97,6 +97,17 @@ class Store:
         storage.append_bytes(self.path, data.encode("utf-8"))
         self._pending = []
 
+    def problem(self) -> str | None:
+        """Why records cannot be written now (a read-only state directory), or None."""
+        try:
+            directory = self.path.parent if self.path is not None else \
+                storage.make_dirs(conversations_dir())
+        except storage.StorageError as exc:
+            return str(exc)
+        if not os.access(directory, os.W_OK):
+            return f"cannot write in {directory} (read-only, or not yours)"
+        return None
+
     def seed(self, conversation: Conversation) -> None:
         """Start this file from an existing state (after /load or /clear).
 

@@ -146,6 +146,7 @@ def interactive(session: ChatSession) -> int:
         session.renderer.replay(conv.system, conv.turns)
     how = f"at {info.endpoint}" if info.endpoint else f"mode {session.options.spec}"
     session.renderer.dim(f"specchat · {model} · {how} · /help for commands · Ctrl-D leaves")
+    session.check_saving()
     prompt = repl.make_prompt(session, history_path=input_history_file(),
                              output=_prompt_output())
     return repl.run(session, prompt)
