@@ -29,6 +29,7 @@ from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.output import Output
 
 from specchat import storage
+from specchat.chat import ending
 from specchat.chat.commands import COMMANDS, ExitChat, dispatch, is_command, lookup
 from specchat.chat.session import ChatSession
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError
@@ -167,7 +168,7 @@ def run(chat: ChatSession, prompt: PromptSession[str]) -> int:
         try:
             text = prompt.prompt()
         except KeyboardInterrupt:
-            return EXIT_INTERRUPTED
+            return ending.code() or EXIT_INTERRUPTED  # SIGTERM/SIGHUP at the prompt: leave
         except EOFError:
             return 0
         problem = getattr(prompt.history, "problem", None)
@@ -181,7 +182,11 @@ def run(chat: ChatSession, prompt: PromptSession[str]) -> int:
             handle(chat, message)
         except ExitChat as exc:
             return exc.code
+        except ending.Ended as exc:
+            return exc.code
         except KeyboardInterrupt:
+            if ending.code() is not None:
+                return ending.code() or EXIT_INTERRUPTED
             chat.renderer.note("interrupted")
         except SpecchatError as exc:
             chat.renderer.error(str(exc))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from specchat.backend.base import Backend, Message
+from specchat.chat import ending
 from specchat.chat.attach import (
     Attachment,
     check_fits,
@@ -86,17 +87,24 @@ class ChatSession:
         events = self.runtime.answer(messages, self.options, progress=progress)
         finished: Finished | None = None
         interrupted = False
-        with self.renderer.answer() as view:
-            shown.append(view)
-            try:
-                finished = drain(events, view.chunk)
-            except KeyboardInterrupt:
-                interrupted = True
-            except ContextFullError as exc:
-                self.renderer.error(f"context full ({exc}): /clear, /undo, or raise --ctx")
-                return None
-            turn = self._commit(text, view.text, finished, interrupted, view, files)
-            view.finish(finished, interrupted)
+        try:
+            with self.renderer.answer() as view:
+                shown.append(view)
+                try:
+                    finished = drain(events, view.chunk)
+                except KeyboardInterrupt:
+                    interrupted = True
+                except ContextFullError as exc:
+                    self.renderer.error(f"context full ({exc}): /clear, /undo, or raise --ctx")
+                    return None
+                with ending.held():  # a second signal cannot tear the record
+                    turn = self._commit(text, view.text, finished, interrupted, view, files)
+                view.finish(finished, interrupted)
+        except OSError:
+            if ending.code() is None:
+                raise
+            # SIGHUP: the terminal is gone and refuses what is left to show; the turn is saved
+        ending.leave_if_ended()
         return turn
 
     def _fit(self, text: str) -> list[Message]:
@@ -118,8 +126,10 @@ class ChatSession:
         """Keep the turn and write it to disk right away, before anything is printed."""
         stats = finished.stats if finished is not None else view.stats
         answer = finished.text if finished is not None else partial
-        if interrupted and not answer:
-            return None  # nothing was said yet: no turn to keep (the question is in history)
+        if interrupted and not answer and ending.code() is None:
+            # Ctrl-C before a word: no turn to keep (the question is in the input history).
+            # A signal that ends the chat keeps it: there is no next line to press Up on.
+            return None
         turn = Turn(user=text, assistant=answer, interrupted=interrupted,
                     reason=finished.reason if finished is not None else "",
                     stats=stats.to_dict() if stats is not None else None,
