@@ -15,7 +15,7 @@ from specchat.backend.local import Runtime
 from specchat.backend.tuning import (
     Calibration,
     Tuned,
-    cached_flash_attn,
+    flash_attn_for,
     measured_auto_state,
     plain_step_reference,
     thread_governor,
@@ -101,12 +101,16 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
 
     target_path, draft_path = paths
     target = load(target_path, settings.n_ctx, layers[0],
-                  cached_flash_attn(calibration, target_path))
+                  flash_attn_for(settings, calibration, target_path))
     try:
         draft = None
         if draft_path is not None:
             # target.n_ctx, not settings.n_ctx: --ctx 0 resolved to the target's trained one.
-            draft = load(draft_path, target.n_ctx, layers[1])
+            # A pinned flash attention applies to both models; auto leaves the draft's to
+            # llama.cpp (a draft's numerics never change the answer, only its speed).
+            draft = load(draft_path, target.n_ctx, layers[1],
+                         flash_attn_for(settings, calibration, target_path)
+                         if settings.flash_attn != "auto" else None)
             check_compatible(target, draft)
         return target, draft, ChatTemplate.from_model(target)
     except BaseException:

@@ -1,8 +1,9 @@
 """What this machine costs and how to run on it: calibration tables, the flash attention choice,
 the thread governor, and the one rule for where their measurements are kept.
 
-Measured once per model file, settings and machine (calibration.py does the measuring), kept
-in the calibration file, and handed to the engine as plain numbers.
+Measured per model file, settings and machine (calibration.py does the measuring, a few
+seconds per start at most, until final), kept in the calibration file, and handed to the
+engine as plain numbers. Flash attention is never measured at a start (flashattn.py).
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specchat.backend.calibration import (
+    ALWAYS_QUIET,
     DRAFT_SIZES,
+    START_BUDGET,
     TARGET_SIZES,
     CalibrationCache,
-    choose_flash_attn,
+    Quiet,
     cost_table,
     machine_key,
     measure,
     save_if_drifted,
 )
 from specchat.backend.cpushare import CpuShare
+from specchat.backend.flashattn import choice, measure_flash_attn
 from specchat.engine.auto import AutoState
 from specchat.engine.options import Spec
 from specchat.engine.threads import ThreadGovernor
@@ -36,7 +40,8 @@ from specchat.storage import StorageError
 if TYPE_CHECKING:
     from specchat.llm.model import LlamaModel
 
-CALIBRATION_VERSION = 2  # bump to measure again what older versions measured differently
+# 3: samples with a quiet check, and flash attention at llama.cpp's default unless confirmed
+CALIBRATION_VERSION = 3  # bump to measure again what older versions measured differently
 
 
 class Calibration:
@@ -90,21 +95,25 @@ def measured_auto_state(tuned: Tuned, *, force: bool = False
     """Cost tables for `auto`, from the calibration file or measured now (once), and what to
     run when the models close (write back drifted costs and learnt acceptance)."""
     settings, cal = tuned.settings, tuned.calibration
-    if force or tuned.target.flash_attn is None:
-        _choose_flash_attn(tuned)
+    if force and settings.flash_attn == "auto":
+        _confirm_flash_attn(tuned)
     knobs = cal.costs_knobs(tuned.target.flash_attn)
 
-    def announce(name: str) -> None:
+    def announce(name: str, measured: int, sizes: int) -> None:
         if not settings.quiet:
-            print(f"specchat: measuring what {name} costs on this machine (once; cached)",
-                  file=sys.stderr)
+            how = "until every size is final" if force else \
+                f"first starts only, {START_BUDGET:.0f} s at most, then the answer"
+            print(f"specchat: measuring what {name} costs here ({how}; {measured}/{sizes} "
+                  "batch sizes measured so far)", file=sys.stderr, flush=True)
 
+    quiet = machine_quiet(settings)
     target = cost_table(tuned.target, tuned.target_path, TARGET_SIZES, knobs, cal.cache,
-                        force=force, announce=announce)
+                        force=force, budget=START_BUDGET, quiet=quiet, announce=announce)
     draft = None
     if tuned.draft is not None and tuned.draft_path is not None:
         draft = cost_table(tuned.draft, tuned.draft_path, DRAFT_SIZES, knobs, cal.cache,
-                           force=force, announce=announce)
+                           force=force, budget=START_BUDGET / 2, quiet=quiet,
+                           announce=announce)
     state = AutoState(target_costs=target, draft_costs=draft)
     # What acceptance this model pair showed before: one-shot asks start from it, not from
     # the priors (docs/performance.md); written back when the runtime closes.
@@ -150,20 +159,33 @@ def thread_governor(tuned: Tuned, reference: Callable[[], float],
                           None if share is None else lambda: share.threads(threads))
 
 
-def cached_flash_attn(calibration: Calibration, target: Path) -> bool | None:
-    """Flash attention as measured best for this file here (None: not measured yet)."""
-    entry = calibration.cache.load_entry(calibration.flash_key(target))
-    choice = entry.get("flash_attn") if isinstance(entry, dict) else None
-    return choice if isinstance(choice, bool) else None
+def machine_quiet(settings: LoadSettings) -> Quiet:
+    """The quiet check for samples taken with these settings (off for GPU offload)."""
+    from specchat.llm import gpu_offload_supported
+
+    gpu = settings.n_gpu_layers not in (None, 0) or (settings.n_gpu_layers is None
+                                                     and gpu_offload_supported())
+    return ALWAYS_QUIET if gpu else Quiet(settings.threads or default_threads())
 
 
-def _choose_flash_attn(tuned: Tuned) -> None:
-    """Measure flash attention on and off (once per file and machine) and keep the winner."""
+def flash_attn_for(settings: LoadSettings, calibration: Calibration,
+                   target: Path) -> bool | None:
+    """What the target loads with: --flash-attn on/off, else what `bench --calibrate`
+    confirmed for this file here, else None (llama.cpp's default)."""
+    return choice(settings.flash_attn,
+                  calibration.cache.load_entry(calibration.flash_key(target)))
+
+
+def _confirm_flash_attn(tuned: Tuned) -> None:
+    """`bench --calibrate` with flash_attn auto: measure both settings; only a confirmed large
+    difference is kept as this file's choice here, and applied now."""
     if not tuned.settings.quiet:
-        print("specchat: measuring flash attention on and off here (once; cached)",
-              file=sys.stderr)
-    result = choose_flash_attn(tuned.target)
+        print("specchat: measuring flash attention on and off (kept only if a large "
+              "difference is confirmed on a quiet machine)", file=sys.stderr, flush=True)
+    result = measure_flash_attn(tuned.target, tuned.target_path,
+                                machine_quiet(tuned.settings))
     tuned.calibration.save_quietly(tuned.calibration.flash_key(tuned.target_path), result)
+    tuned.target.set_flash_attn(choice("auto", result))
 
 
 def wants_auto_costs(settings: LoadSettings, speculation_allowed: bool) -> bool:

@@ -94,6 +94,7 @@ def collect() -> tuple[list[tuple[str, str]], bool]:
     if built is not None:
         rows += _guard("gpu fit", _gpu_rows)
     rows += _guard("calibration", _calibration_rows)
+    rows += _guard("flash attention", _flash_rows)
     if built is None:
         profile = suggest_profile("CPU", Machine.here())[0]
         rows.append(("hint", f"install llama-cpp-python: backends/install.sh {profile}"))
@@ -124,22 +125,39 @@ def _gpu_rows() -> list[tuple[str, str]]:
 
 def _calibration_rows() -> list[tuple[str, str]]:
     """What `auto` measured here: verify cost ratios per model (bench --calibrate: details)."""
+    from specchat.backend.calibration import CalibrationCache, Samples
     from specchat.paths import calibration_file
 
-    path = calibration_file()
-    try:
-        entries = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return [("calibration", "none yet: the first `auto` run measures it "
-                 "(or run `specchat bench --calibrate`)")]
+    tables = [e for e in CalibrationCache(calibration_file()).read().values()
+              if isinstance(e, dict) and isinstance(e.get("seconds"), list) and e["seconds"]]
+    if not tables:
+        return [("calibration", "none yet: the first `auto` runs measure it, a few seconds "
+                 "each (or run `specchat bench --calibrate`)")]
     rows = []
-    for entry in entries.values():
-        seconds = entry.get("seconds") or [0.0]
+    for entry in tables:
+        seconds = entry["seconds"]
         ratios = ", ".join(f"{n}:{seconds[n - 1] / seconds[0]:.2f}"
                            for n in (2, 4, 8, 17) if n <= len(seconds))
+        samples = Samples.from_entry(entry)
+        final = sum(1 for n in samples.best if samples.final(n))
         rows.append((f"calibration {entry.get('model', '?')}",
-                     f"step {seconds[0] * 1000:.1f} ms; batch cost x step {ratios}"))
+                     f"step {seconds[0] * 1000:.1f} ms; batch cost x step {ratios}; "
+                     f"{final}/{len(seconds)} sizes final"))
     return rows
+
+
+def _flash_rows() -> list[tuple[str, str]]:
+    """Flash attention as loads will choose it (the option and where it came from), and what
+    `bench --calibrate` measured here."""
+    from specchat.backend.calibration import CalibrationCache
+    from specchat.backend.flashattn import describe
+    from specchat.paths import calibration_file
+    from specchat.settings.file import resolve
+
+    settings = resolve(["flash_attn"], {})
+    measured = {k: v for k, v in CalibrationCache(calibration_file()).read().items()
+                if k.startswith("flash-attn-")}
+    return describe(settings["flash_attn"], settings.sources["flash_attn"], measured)
 
 
 def _cache_rows() -> list[tuple[str, str]]:
