@@ -21,6 +21,7 @@ import pytest
 from specchat.chat.conversation import Turn
 from specchat.chat.store import load_conversation
 from tests.hostile import Terminal
+from tests.test_prefill_real import long_source_file
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = f"{shlex.quote(sys.executable)} -m tests.chat_fake_cli"
@@ -33,10 +34,18 @@ def _turns(home: Path) -> list[Turn]:
     return load_conversation(files[0]).turns
 
 
+def _env(home: Path, delay: str = "0") -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "SPECCHAT_HOME": str(home),
+            "CHAT_FAKE_DELAY": delay}
+
+
+def _terminal(tmp_path: Path) -> Terminal:
+    return Terminal(f"specchat-sig-{os.getpid()}-{tmp_path.name}")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_mid_answer_saves_the_partial_turn(tmp_path: Path, sig: int) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPECCHAT_HOME": str(tmp_path),
-           "CHAT_FAKE_DELAY": "0.05"}
+    env = _env(tmp_path, delay="0.05")
     proc = subprocess.Popen([sys.executable, "-m", "tests.chat_fake_cli", "chat", "-n", "400"],
                             cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
@@ -56,9 +65,7 @@ def test_a_signal_mid_answer_saves_the_partial_turn(tmp_path: Path, sig: int) ->
 @needs_tmux
 @pytest.mark.slow
 def test_closing_the_terminal_mid_answer_keeps_the_turn(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPECCHAT_HOME": str(tmp_path),
-           "CHAT_FAKE_DELAY": "0.05"}
-    term = Terminal(f"specchat-sig-{os.getpid()}-{tmp_path.name}")
+    term, env = _terminal(tmp_path), _env(tmp_path, delay="0.05")
     try:
         term.start(f"cd {shlex.quote(str(ROOT))} && {FAKE} chat -n 8", env)
         term.wait_for("/help for commands")
@@ -92,9 +99,7 @@ def _pid_of(term: Terminal) -> int:
 @needs_tmux
 @pytest.mark.slow
 def test_a_kill_before_the_first_word_still_keeps_the_question(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPECCHAT_HOME": str(tmp_path),
-           "CHAT_FAKE_DELAY": "5"}
-    term = Terminal(f"specchat-sig-{os.getpid()}-{tmp_path.name}")
+    term, env = _terminal(tmp_path), _env(tmp_path, delay="5")
     try:
         term.start(f"cd {shlex.quote(str(ROOT))} && sh -c 'echo PID=$$; exec {FAKE} chat'; "
                    "echo EXIT=$?", env)
@@ -116,11 +121,8 @@ def test_a_kill_before_the_first_word_still_keeps_the_question(tmp_path: Path) -
 def test_sigterm_during_a_long_real_prefill_ends_at_once_and_keeps_the_question(
         real_model_path: Callable[[str], Path], tmp_path: Path) -> None:
     path = real_model_path("smollm2-135m")
-    long_file = tmp_path / "long.txt"
-    source = "".join(p.read_text() for p in sorted((ROOT / "specchat").rglob("*.py")))
-    long_file.write_text(source[:26000])  # ~7000 tokens: many seconds of prefill
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPECCHAT_HOME": str(tmp_path / "home")}
-    term = Terminal(f"specchat-sig-{os.getpid()}-{tmp_path.name}")
+    long_file = long_source_file(tmp_path / "long.txt")
+    term, env = _terminal(tmp_path), _env(tmp_path / "home")
     try:
         term.start(f"cd {shlex.quote(str(ROOT))} && sh -c 'echo PID=$$; exec "
                    f"{shlex.quote(sys.executable)} -m specchat chat -m {path} --spec off "

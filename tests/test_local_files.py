@@ -233,6 +233,16 @@ def terminal(tmp_path: Path) -> Iterator[Terminal]:
     term.close()
 
 
+def _two_answers(terminal: Terminal, command: str, env: dict[str, str]) -> None:
+    """Start the chat `command` in the terminal and have it answer twice."""
+    terminal.start(f"cd {shlex.quote(str(ROOT))} && {command}; echo EXIT=$?", env)
+    terminal.wait_for("/help for commands")
+    terminal.keys("first", "Enter")
+    terminal.wait_for("tok ·")
+    terminal.keys("second", "Enter")
+    terminal.wait_for("tok ·", count=2)
+
+
 @needs_tmux
 @needs_mounts
 @pytest.mark.slow
@@ -248,13 +258,7 @@ def test_a_read_only_state_directory_says_so_once_and_the_chat_goes_on(
          f"mount --bind -o ro {config_dir} {config_dir}",
          f"mount -o remount,bind,ro {config_dir}"],
         f"{FAKE} chat -n 8")
-    terminal.start(f"cd {shlex.quote(str(ROOT))} && {command}; echo EXIT=$?",
-                   {**env, "SPECCHAT_CONFIG": str(config_dir / "config.toml")})
-    terminal.wait_for("/help for commands")
-    terminal.keys("first", "Enter")
-    terminal.wait_for("tok ·")
-    terminal.keys("second", "Enter")
-    terminal.wait_for("tok ·", count=2)
+    _two_answers(terminal, command, {**env, "SPECCHAT_CONFIG": str(config_dir / "config.toml")})
     terminal.keys("/save-settings", "Enter")
     terminal.wait_for("cannot write")
     screen = terminal.leave("EXIT=0")
@@ -278,12 +282,7 @@ def test_a_full_disk_under_the_input_history_is_one_line_and_the_chat_goes_on(
          f"mkdir -p {state}/conversations",
          f"(dd if=/dev/zero of={state}/filler bs=4k 2>/dev/null || true)"],
         f"{FAKE} chat -n 8")
-    terminal.start(f"cd {shlex.quote(str(ROOT))} && {command}; echo EXIT=$?", env)
-    terminal.wait_for("/help for commands")
-    terminal.keys("first", "Enter")
-    terminal.wait_for("tok ·")
-    terminal.keys("second", "Enter")
-    terminal.wait_for("tok ·", count=2)
+    _two_answers(terminal, command, env)
     screen = terminal.leave("EXIT=0")
     assert screen.count("input history not kept") == 1, screen
     assert "no space left on device" in screen and "Traceback" not in screen

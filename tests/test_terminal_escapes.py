@@ -21,6 +21,7 @@ import pytest
 from specchat.chat.store import conversation_files, load_conversation
 from specchat.term.safe import visible
 from tests import hostile
+from tests.fakehub import FakeHub, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = f"{shlex.quote(sys.executable)} -m tests.chat_fake_cli"
@@ -74,7 +75,11 @@ def test_answers_errors_and_names_are_shown_not_obeyed_in_a_terminal(
         terminal: tuple[hostile.Terminal, Path], env: dict[str, str]) -> None:
     term, tmp = terminal
     missing = shlex.quote(f"{tmp}/no{hostile.CLIPBOARD}such")
-    with hostile.endpoint() as url:
+    hub_files = {"evil/x-GGUF": {f"x{hostile.CLIPBOARD}{hostile.TITLE}-Q4_K_M.gguf":
+                                 b"GGUF" + bytes(500)}}
+    with hostile.endpoint() as url, serve(FakeHub(hub_files)) as hub:
+        env = {**env, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp / "hf")}
+        env.pop("SPECCHAT_NO_HUB")
         screen = _run_script(term, tmp, env, [
             "echo STEP-ask", f"{FAKE} ask hi",
             "echo STEP-plain", f"echo hi | {FAKE} chat --plain",
@@ -86,6 +91,7 @@ def test_answers_errors_and_names_are_shown_not_obeyed_in_a_terminal(
             "echo STEP-remote", f"{FAKE} ask --endpoint {url} -m fake hi",
             f"{FAKE} ask --endpoint {url} -m fake fail",
             "echo STEP-models", f"{FAKE} models",
+            "echo STEP-pull", f"{FAKE} pull evil/x-GGUF",
         ])
     _assert_not_obeyed(term, screen, "STEP-ask", "STEP-rich", "STEP-models")
     sections = screen.split("STEP-")
@@ -95,6 +101,7 @@ def test_answers_errors_and_names_are_shown_not_obeyed_in_a_terminal(
     assert f"{tmp}/no^[]52;c;cHduZWQ=^Gsuch: no such file" in sections[6]
     assert hostile.SHOWN in sections[7] and f"refused {hostile.SHOWN}" in sections[7]
     assert "x^[]52;c;cHduZWQ=^G^[]2;pwned-title^G.gguf" in sections[8]
+    assert "x^[]52;c;cHduZWQ=^G^[]2;pwned-title^G-Q4_K_M.gguf" in sections[9]
 
 
 def test_pipes_and_files_get_the_exact_bytes(tmp_path: Path, env: dict[str, str],

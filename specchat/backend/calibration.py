@@ -41,6 +41,7 @@ SIZES = tuple(range(1, 18))
 TARGET_SIZES = SIZES
 DRAFT_SIZES = (1, 2, 4, 8, 17)  # the draft mostly runs single steps and one catch-up batch
 PREFIX = 48  # positions already in the cache, so batches run at a realistic depth
+SAMPLE_DEPTH = 16  # a start's samples: a short prefill first, so a slow machine starts soon
 
 
 def measure(model: LogitsModel, sizes: tuple[int, ...] = SIZES, repeats: int = 3,
@@ -164,29 +165,33 @@ class Samples:
 
 
 def sample_costs(model: LogitsModel, sizes: tuple[int, ...], samples: Samples, *,
-                 budget: float | None, quiet: Quiet = ALWAYS_QUIET, depth: int = PREFIX,
+                 budget: float | None, quiet: Quiet = ALWAYS_QUIET, depth: int = SAMPLE_DEPTH,
                  clock: Callable[[], float] = time.perf_counter,
                  cpu_clock: Callable[[], float] = time.process_time) -> Samples:
     """Add samples of evals of n tokens (all rows) at `depth`, pending sizes first, until
-    every size is final or `budget` seconds have passed (None: until final). The cache is
-    put back as it was."""
+    every size is final or `budget` seconds have passed, counted from the start (None: until
+    final); at least one sample. The cache is put back as it was.
+
+    No separate warm-up: the first call's allocations make one sample slow, and a size is
+    final only after CONFIRMED of them, of which the fastest counts.
+    """
     start, keep = clock(), len(model.tokens)
-    depth = max(0, min(depth, model.n_ctx - keep - max(*sizes, 4) - 1))
-    filler = [(7 + 31 * i) % model.n_vocab for i in range(depth + max(*sizes, 4))]
+    depth = max(0, min(depth, model.n_ctx - keep - max(sizes) - 1))
+    filler = [(7 + 31 * i) % model.n_vocab for i in range(depth + max(sizes))]
+    taken = 0
     try:
         model.eval(filler[:depth], [])
         base = len(model.tokens)
-        model.eval(filler[depth:depth + 4], [0, 1, 2, 3])  # warm-up: first calls allocate
-        model.truncate(base)
         while not samples.finished(sizes):
             for n in samples.pending(sizes):
+                if taken and budget is not None and clock() - start > budget:
+                    return samples
                 wall, cpu = clock(), cpu_clock()
                 model.eval(filler[depth:depth + n], list(range(n)))
                 wall, cpu = clock() - wall, cpu_clock() - cpu
                 model.truncate(base)
                 samples.add(n, wall, quiet(wall, cpu))
-                if budget is not None and clock() - start > budget:
-                    return samples
+                taken += 1
         return samples
     finally:
         model.truncate(keep)

@@ -129,9 +129,9 @@ def _tune(runtime: Runtime, tuned: Tuned) -> None:
         auto = runtime.auto
     share = CpuShare()
 
-    def reference() -> float:
+    def reference() -> tuple[float, bool]:
         if not runtime.speculation_allowed:
-            return float("inf")  # a recurrent cache cannot be measured and put back
+            return float("inf"), True  # a recurrent cache cannot be measured and put back
         return plain_step_reference(tuned, auto)
 
     runtime.governor = thread_governor(tuned, reference, share)

@@ -22,6 +22,7 @@ from specchat.backend.calibration import (
     TARGET_SIZES,
     CalibrationCache,
     Quiet,
+    Samples,
     cost_table,
     machine_key,
     measure,
@@ -129,19 +130,22 @@ def measured_auto_state(tuned: Tuned, *, force: bool = False
     return state, [save_drifted, save_learnt]
 
 
-def plain_step_reference(tuned: Tuned, auto: AutoState | None) -> float:
+def plain_step_reference(tuned: Tuned, auto: AutoState | None) -> tuple[float, bool]:
     """Seconds of a plain step on a quiet machine: from the costs `auto` loaded, else the
-    cached table, else the fastest of three single-token evals now (~0.1 s, not cached)."""
-    if auto is not None:
-        return auto.target_costs.cost(1)
+    cached table, else the fastest of three single-token evals now (~0.1 s, not cached);
+    and whether a quiet sample confirmed it (calibration.Quiet)."""
     cal = tuned.calibration
-    table = cal.cache.load(cal.costs_key(tuned.target_path, tuned.target.flash_attn))
+    key = cal.costs_key(tuned.target_path, tuned.target.flash_attn)
+    confirmed = Samples.from_entry(cal.cache.load_entry(key)).quiet.get(1, 0) > 0
+    if auto is not None:
+        return auto.target_costs.cost(1), confirmed
+    table = cal.cache.load(key)
     if table is not None:
-        return table.cost(1)
-    return measure(tuned.target, sizes=(1,), repeats=3)[1]
+        return table.cost(1), confirmed
+    return measure(tuned.target, sizes=(1,), repeats=3)[1], False
 
 
-def thread_governor(tuned: Tuned, reference: Callable[[], float],
+def thread_governor(tuned: Tuned, reference: Callable[[], tuple[float, bool]],
                     share: CpuShare | None = None) -> ThreadGovernor | None:
     """Fewer threads while other processes compete for the cores (engine/threads.py); not
     for GPU offload, nor when pinned to one thread, nor with SPECCHAT_FIXED_THREADS=1."""
@@ -155,8 +159,10 @@ def thread_governor(tuned: Tuned, reference: Callable[[], float],
     if settings.n_gpu_layers is None and gpu_offload_supported():
         return None
     setters = [m.set_threads for m in (tuned.target, tuned.draft) if m is not None]
-    return ThreadGovernor(threads, setters, reference(),
-                          None if share is None else lambda: share.threads(threads))
+    seconds, confirmed = reference()
+    return ThreadGovernor(threads, setters, seconds,
+                          None if share is None else lambda: share.threads(threads),
+                          confirmed=confirmed)
 
 
 def machine_quiet(settings: LoadSettings) -> Quiet:
