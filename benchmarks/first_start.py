@@ -33,7 +33,8 @@ def first_start(tree: Path, model: Path) -> tuple[float, float]:
         proc.stdout.read(1)
         first = time.perf_counter() - begin
         proc.stdout.read()
-        proc.wait()
+        if proc.wait() != 0:
+            raise SystemExit(f"{tree}: specchat ask failed (exit {proc.returncode})")
         return first, time.perf_counter() - begin
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from specchat.errors import DownloadError, UsageError
-from specchat.models.progress import human_size, say
+from specchat.models.progress import human_size, on_stderr, say
 
 PROBE_TIMEOUT_S = 2.0
 REQUEST_TIMEOUT_S = 10.0
@@ -143,7 +143,8 @@ def stream(url: str, dest: Path, size: int | None, name: str, *, quiet: bool) ->
             if done:
                 say(quiet, f"resuming {name} at {human_size(done)}")
             http_get(url, out, resume_size=done, headers=build_hf_headers(),
-                     expected_size=size, displayed_filename=name.rsplit("/", 1)[-1])
+                     expected_size=size,
+                     displayed_filename=on_stderr(name.rsplit("/", 1)[-1]))
     except Exception as exc:  # noqa: BLE001 - the partial file stays for the next try
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise DownloadError(f"download of {name} stopped: {first[:200]}; run the same command "

@@ -28,6 +28,11 @@ from rich.progress import (
 shown: Callable[[str], str] = str
 
 
+def on_stderr(text: str) -> str:
+    """`text` as it may be shown on stderr (hub file names in other libraries' bars too)."""
+    return shown(text)
+
+
 class Reporter(Protocol):
     """What the downloader tells the user; implementations decide how (or whether) to show it."""
 
