@@ -29,6 +29,7 @@ class Ended(Exception):  # a situation, not a failure: no Error suffix
 
 class _State:
     signum: int | None = None
+    holding: bool = False  # a turn is being written: record the signal, raise nothing
 
 
 STATE = _State()
@@ -48,6 +49,8 @@ def leave_if_ended() -> None:
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     STATE.signum = signum
+    if STATE.holding:
+        return  # the write finishes; the caller leaves right after it (leave_if_ended)
     current = signal.getsignal(signal.SIGINT)
     if isinstance(getattr(current, "__self__", None), AbortFlag) and callable(current):
         # A long llama.cpp batch is running with Ctrl-C armed to abort it: abort it the same
@@ -74,9 +77,12 @@ def installed() -> Iterator[None]:
 
 @contextmanager
 def held() -> Iterator[None]:
-    """Delay these signals (and Ctrl-C) while a turn is written, so the write is whole."""
+    """Delay these signals (and Ctrl-C) while a turn is written, so the write is whole; one
+    that arrived just before is only recorded."""
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {*SIGNALS, signal.SIGINT})
+    STATE.holding = True
     try:
         yield
     finally:
+        STATE.holding = False
         signal.pthread_sigmask(signal.SIG_SETMASK, before)

@@ -87,6 +87,7 @@ class ChatSession:
         events = self.runtime.answer(messages, self.options, progress=progress)
         finished: Finished | None = None
         interrupted = False
+        lost: OSError | None = None  # the terminal or stdout refused the answer
         try:
             with self.renderer.answer() as view:
                 shown.append(view)
@@ -94,17 +95,20 @@ class ChatSession:
                     finished = drain(events, view.chunk)
                 except KeyboardInterrupt:
                     interrupted = True
+                except OSError as exc:  # a closed terminal (SIGHUP), a full disk: keep the turn
+                    interrupted, lost = True, exc
                 except ContextFullError as exc:
                     self.renderer.error(f"context full ({exc}): /clear, /undo, or raise --ctx")
                     return None
-                with ending.held():  # a second signal cannot tear the record
+                with ending.held():  # a signal now cannot tear the record
                     turn = self._commit(text, view.text, finished, interrupted, view, files)
-                view.finish(finished, interrupted)
-        except OSError:
-            if ending.code() is None:
-                raise
-            # SIGHUP: the terminal is gone and refuses what is left to show; the turn is saved
-        ending.leave_if_ended()
+                if lost is None:
+                    view.finish(finished, interrupted)
+        except OSError as exc:  # taking the live view down, or the finished answer
+            lost = exc
+        ending.leave_if_ended()  # a terminal gone with SIGHUP: saved, leave quietly
+        if lost is not None:
+            raise lost
         return turn
 
     def _fit(self, text: str) -> list[Message]:
