@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from specchat.chat.store import load_conversation
 from tests import chat_fakes as f
 from tests.hostile import Terminal
 from tests.test_chat_repl import CTRL_D, ENTER, drive
@@ -304,3 +305,17 @@ def test_commands_writing_to_a_full_device_say_so_in_one_line(
     assert done.stderr.endswith(
         "specchat: error: cannot write the answer to stdout: no space left on device\n")
     assert "Traceback" not in done.stderr and "unexpected" not in done.stderr
+
+
+def test_a_chat_answering_into_a_full_device_keeps_the_turn_and_says_so(
+        env: dict[str, str]) -> None:
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "tests.chat_fake_cli", "chat", "-n", "8"],
+                              input="a question", env=env, cwd=ROOT, stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == ["specchat: error: cannot write the answer: no space "
+                                        "left on device (the turn is saved)"]
+    files = list((Path(env["SPECCHAT_HOME"]) / "state" / "conversations").glob("*.jsonl"))
+    [turn] = load_conversation(files[0]).turns
+    assert turn.user == "a question" and turn.interrupted

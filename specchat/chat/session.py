@@ -28,7 +28,8 @@ from specchat.engine.events import Finished, Progress, drain
 from specchat.engine.options import GenerationOptions, OptionError, Spec
 from specchat.engine.protocol import ContextFullError
 from specchat.errors import SpecchatError, UsageError
-from specchat.storage import StorageError
+from specchat.storage import StorageError, describe
+from specchat.term.output import OutputError
 
 
 @dataclass
@@ -108,7 +109,8 @@ class ChatSession:
             lost = exc
         ending.leave_if_ended()  # a terminal gone with SIGHUP: saved, leave quietly
         if lost is not None:
-            raise lost
+            raise OutputError(f"cannot write the answer: {describe(lost)} (the turn is "
+                              "saved)") from None
         return turn
 
     def _fit(self, text: str) -> list[Message]:
