@@ -319,3 +319,14 @@ def test_a_chat_answering_into_a_full_device_keeps_the_turn_and_says_so(
     files = list((Path(env["SPECCHAT_HOME"]) / "state" / "conversations").glob("*.jsonl"))
     [turn] = load_conversation(files[0]).turns
     assert turn.user == "a question" and turn.interrupted
+
+
+def test_an_input_history_that_is_a_device_is_not_read_and_the_chat_goes_on(
+        tmp_path: Path) -> None:
+    history = tmp_path / "history"
+    history.symlink_to("/dev/zero")  # read whole, this was a line without end
+    session, streams = f.session(tmp_path)
+    assert drive(session, "hello" + ENTER + "again" + ENTER + CTRL_D, history) == 0
+    _, err = streams.take()
+    assert err.count("input history not kept") == 1 and f"{history}:" in err
+    assert [t.user for t in session.conversation.turns] == ["hello", "again"]

@@ -121,14 +121,36 @@ def _current_text_in_block() -> bool:
 
 
 class KeptHistory(FileHistory):
-    """prompt-toolkit's file history, appended through storage (a full disk cuts the record
-    back instead of tearing it); a failure is kept in `problem` for the REPL to say once,
-    never raised into prompt-toolkit (where it would be a traceback)."""
+    """prompt-toolkit's file history, read bounded and appended through storage (a full disk
+    cuts the record back instead of tearing it); a failure is kept in `problem` for the REPL
+    to say once, never raised into prompt-toolkit (where it would be a traceback)."""
+
+    LIMIT = 64 << 20  # years of typing; a link to /dev/zero is not read at all
 
     def __init__(self, path: Path) -> None:
         super().__init__(str(path))
         self.path = path
         self.problem: str | None = None
+
+    def load_history_strings(self) -> Iterable[str]:
+        """prompt-toolkit's format: each entry's lines after a "+", entries apart; newest
+        first."""
+        try:
+            raw = storage.read_limited(self.path, self.LIMIT)
+        except (OSError, StorageError) as exc:
+            self.problem = str(exc)
+            return []
+        entries: list[str] = []
+        lines: list[str] = []
+        for line in raw.decode("utf-8", errors="replace").splitlines(keepends=True):
+            if line.startswith("+"):
+                lines.append(line[1:])
+            elif lines:
+                entries.append("".join(lines)[:-1])
+                lines = []
+        if lines:
+            entries.append("".join(lines)[:-1])
+        return reversed(entries)
 
     def store_string(self, string: str) -> None:
         # prompt-toolkit's own record format: a comment line, then each line after a "+".
