@@ -27,6 +27,7 @@ from specchat.settings.load import LoadSettings
 from specchat.settings.schema import parse_size
 from specchat.term import output
 from specchat.term.progress import PrefillProgress
+from specchat.term.safe import note
 from specchat.term.summary import summary_line
 
 
@@ -63,9 +64,9 @@ def ask(
                               for a, n in zip(attached, counts, strict=True)]
         output.write(json.dumps(out, ensure_ascii=False) + "\n")
     if stats:
-        print(summary_line(finished.stats, finished.reason), file=sys.stderr)
+        note(summary_line(finished.stats, finished.reason))
         if attached:
-            print(attachments_line(attached, counts), file=sys.stderr)
+            note(attachments_line(attached, counts))
 
 
 def attachments_line(attached: list[Attachment], counts: list[int | None]) -> str:

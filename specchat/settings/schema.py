@@ -34,6 +34,7 @@ MODEL, GENERATION, CHAT, REMOTE, SERVER, ASK = ("model", "generation", "chat", "
                                              "ask")
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 NO_DRAFT = "none"  # the draft option's value for "no draft model" (None: the preset's default)
+FLASH_ATTN_CHOICES = ("auto", "on", "off")
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 
@@ -279,6 +280,10 @@ OPTIONS: tuple[Option, ...] = (
            optional=True, check=_at_least(1)),
     Option("verbose", bool, False, "Show llama.cpp's own log and error details.", MODEL,
            short="-v"),
+    Option("flash_attn", str, "auto", "Flash attention: auto (llama.cpp's default, unless "
+           "`specchat bench --calibrate` confirmed a large difference on a quiet machine), on, "
+           "off. Greedy answers can differ between the two at near-ties.", MODEL,
+           choices=FLASH_ATTN_CHOICES),
     # --- what an answer may do --------------------------------------------------------------
     Option("spec", str, _G.spec, "Speculation: auto (drafts only when it pays), draft, "
            "ngram, off.", GENERATION, choices=SPEC_MODES, live=True),
