@@ -43,6 +43,7 @@ from specchat.bench.report import (
 )
 from specchat.bench.runner import BenchResult, Step, parse_modes, run_bench
 from specchat.commands import common as c
+from specchat.commands.benchreplay import record_command, replay_command
 from specchat.engine.options import Spec
 from specchat.errors import EXIT_INTERRUPTED, ModelError, SpecchatError, UsageError
 from specchat.settings.file import Settings
@@ -90,13 +91,32 @@ def bench(
     calibrate: Annotated[bool, typer.Option(
         "--calibrate", help="Measure and print what a verify batch costs here (and the "
         "break-even acceptance), then exit.")] = False,
+    record_file: Annotated[Optional[str], typer.Option(
+        "--record", metavar="FILE", help="Record acceptance instead of timing: the target's "
+        "greedy answers and the draft's proposal at every position, as JSON for "
+        "--cost-profile replays.")] = None,
+    cost_profile: Annotated[Optional[str], typer.Option(
+        "--cost-profile", metavar="FILE", help="Replay recorded acceptance on this cost "
+        "profile (a JSON file, or a built-in profile's name) instead of running models.")
+    ] = None,
+    recording: Annotated[Optional[str], typer.Option(
+        "--recording", metavar="FILE", help="What --cost-profile replays: a recording file "
+        "or a built-in one's name (default: the built-in set's).")] = None,
     *, settings: Settings,
 ) -> None:
+    if cost_profile is not None or recording is not None:
+        replay_command(cost_profile, recording, categories, limit, modes, json_file,
+                       draft_max=settings["draft_max"])
+        return
     options = c.options_from(settings).with_values(spec=Spec.OFF)
     ctx = settings["ctx"]
     mode_list = parse_modes(modes, DEFAULT_MODES)
     chosen = [] if calibrate else _chosen_prompts(file, categories, limit)
     _check_writable(json_file)
+    if record_file is not None:
+        _check_writable(record_file)
+        record_command(settings, file, chosen, options.max_tokens, Path(record_file))
+        return
     loading = replace(LoadSettings.from_settings(settings, quiet=json_file == "-"),
                       spec=_load_spec(mode_list, calibrate))
     with open_runtime(loading) as runtime:
