@@ -3,8 +3,10 @@
 The choice is between a plain step (k=0), prompt lookup (nearly free to propose, one-hot q)
 and the draft model (costs draft steps), each with its own k, from measured verify costs and
 the acceptance observed so far (per drafter, per draft position; for prompt lookup also by
-how long the n-gram match is). The state that learns lives in AutoState and is kept across
-answers (a chat, a benchmark), so each answer starts from what the last one taught.
+how long the n-gram match is). Once the draft model is chosen, how far it drafts follows its
+own confidence in each token (draftlength.py). The state that learns lives in AutoState and
+is kept across answers (a chat, a benchmark), so each answer starts from what the last one
+taught.
 
 Exactness does not depend on any of this: the loop verifies whatever is proposed.
 """
@@ -37,6 +39,14 @@ from specchat.engine.drafters import (
     Draft,
     DraftModelDrafter,
     PromptLookupDrafter,
+)
+from specchat.engine.draftlength import (
+    CONFIDENCE,
+    CONFIDENCE_EDGES,
+    CONFIDENCE_PRIORS,
+    DraftLength,
+    confidence_bucket,
+    longest_useful,
 )
 from specchat.engine.protocol import common_prefix
 
@@ -71,6 +81,9 @@ class AutoState:
     def model(self, key: Hashable) -> AcceptanceModel:
         if key not in self.models:
             assert isinstance(key, tuple)
+            if key[0] == CONFIDENCE:  # one rate per bucket of the draft's confidence
+                self.models[key] = AcceptanceModel(CONFIDENCE_PRIORS[key[1]])
+                return self.models[key]
             base = NGRAM_PRIORS[key[1]] if key[0] == "ngram" else DRAFT_MODEL_PRIOR
             later = NGRAM_LATER_PRIORS[key[1]] if key[0] == "ngram" else None
             self.models[key] = AcceptanceModel(
@@ -120,8 +133,9 @@ class AutoState:
 
     def explain(self) -> dict[str, Any]:
         """Why auto drafts what it drafts: for /stats and --json."""
-        rates = {
-            _key_name(key): [round(m.rate(i), 3) for i in range(1, 5)]
+        rates = {  # a confidence bucket has one rate: every token is judged on its own
+            _key_name(key): [round(m.rate(i), 3) for i in range(1, 2 if _is_confidence(key)
+                                                                 else 5)]
             for key, m in sorted(self.models.items(), key=lambda kv: _key_name(kv[0]))
         }
         return {
@@ -138,12 +152,18 @@ class AutoState:
 
 
 def _parse_key(name: object) -> tuple[Any, ...] | None:
-    """("ngram", bucket, streak) or ("draft", streak) from its JSON form, else None."""
+    """("ngram", bucket, streak), ("draft", streak) or ("confidence", bucket) from its JSON
+    form, else None."""
     try:
         key = tuple(json.loads(name)) if isinstance(name, str) else None
     except ValueError:
         return None
-    if not key or key[-1] not in STREAK_PRIOR_SHIFT or isinstance(key[-1], bool):
+    if not key:
+        return None
+    if key[0] == CONFIDENCE:
+        known = len(key) == 2 and key[1] in range(len(CONFIDENCE_PRIORS))
+        return key if known and not isinstance(key[1], bool) else None
+    if key[-1] not in STREAK_PRIOR_SHIFT or isinstance(key[-1], bool):
         return None
     if key[0] == "ngram" and len(key) == 3 and key[1] in range(len(NGRAM_PRIORS)):
         return key
@@ -160,9 +180,16 @@ def _counts(counts: object, name: str) -> list[float] | None:
     return [float(v) for v in values]
 
 
+def _is_confidence(key: Hashable) -> bool:
+    return isinstance(key, tuple) and key[0] == CONFIDENCE
+
+
 def _key_name(key: Hashable) -> str:
     if not isinstance(key, tuple):
         return str(key)
+    if key[0] == CONFIDENCE:
+        edges = (0.0, *CONFIDENCE_EDGES, 1.0)
+        return f"draft/confidence-{edges[key[1]]:.2f}-{edges[key[1] + 1]:.2f}"
     last = {NO_DRAFT_YET: "first", LAST_FULL: "after-full", LAST_FAILED: "after-miss"}[key[-1]]
     if key[0] == "ngram":
         kind = "ambiguous-ngram" if key[1] == AMBIGUOUS else f"match-bucket-{key[1]}"
@@ -185,6 +212,7 @@ class AutoPolicy:
         self._last = NO_DRAFT_YET
         # Lookups auto saw but did not draft: (key, continuation, context length then).
         self._shadows: list[tuple[Hashable, tuple[int, ...], int]] = []
+        self._confidence: list[float] = []  # the draft model's, per token it drafted last
         state.new_answer()
 
     def prepare(self, context: Sequence[int]) -> None:
@@ -211,7 +239,7 @@ class AutoPolicy:
         if choice.drafter == "ngram":
             return Draft(tuple(avail[: choice.k]), None)
         if choice.drafter == "draft" and self.draft is not None:
-            return self.draft.propose(context, choice.k, rng)
+            return self._draft_model(context, choice, limit, rng)
         return EMPTY_DRAFT
 
     def rollback(self, context: Sequence[int]) -> None:
@@ -227,11 +255,15 @@ class AutoPolicy:
         if self._key is not None and drafted:
             self.state.model(self._key).observe(drafted, accepted)
             self._last = LAST_FULL if accepted >= drafted else LAST_FAILED
+            for n, confidence in enumerate(self._confidence[: min(accepted + 1, drafted)]):
+                self.state.model((CONFIDENCE, confidence_bucket(confidence))).observe(
+                    1, int(n < accepted))
         elif not drafted:
             # A miss says the next step's draft is doubtful, not every later one: without
             # this, an answer whose draft once missed could stay plain through long copies.
             self._last = NO_DRAFT_YET
         self._key = None
+        self._confidence = []
 
     def _resolve_shadows(self, context: Sequence[int]) -> None:
         """Score the lookups auto did not draft against what the target then wrote.
@@ -253,6 +285,25 @@ class AutoPolicy:
             else:
                 pending.append((key, avail, start))
         self._shadows = pending
+
+    def _draft_model(self, context: Sequence[int], choice: Choice, limit: int,
+                     rng: np.random.Generator) -> Draft:
+        """Draft with the draft model as far as its confidence says pays (draftlength.py),
+        at least as far as the choice's k would, then keep the tokens worth verifying."""
+        assert self.draft is not None and self.state.draft_costs is not None
+        target, step = self.state.target_costs, self.state.draft_costs.cost(1)
+        k = max(choice.k, longest_useful(target.cost, step, limit))
+        rule = DraftLength(lambda p: self.state.model((CONFIDENCE, confidence_bucket(p))).rate(1),
+                           step, target.cost,
+                           target.cost(1) / max(choice.expected_speedup, 1.0), k)
+        self.draft.stop = rule.stop
+        try:
+            draft = self.draft.propose(context, k, rng)
+        finally:
+            self.draft.stop = None
+        kept = rule.keep(self.draft.confidence[: len(draft.tokens)])
+        self._confidence = self.draft.confidence[:kept]
+        return Draft(draft.tokens[:kept], None if draft.q is None else draft.q[:kept])
 
     # --- choosing ----------------------------------------------------------------------------
     def _candidates(self, context: Sequence[int], k: int, avail: Sequence[int],
