@@ -209,7 +209,10 @@ class AutoPolicy:
         self.k_max = k_max
         self.draft = draft if draft is not None and state.draft_model_can_pay(k_max) else None
         self._key: Hashable | None = None
-        self._last = NO_DRAFT_YET
+        self._drafter: str | None = None  # who drafted the step being verified
+        # How each drafter's last draft went: a draft model's miss says little about the
+        # next lookup, and the other way round.
+        self._last = {"ngram": NO_DRAFT_YET, "draft": NO_DRAFT_YET}
         # Lookups auto saw but did not draft: (key, continuation, context length then).
         self._shadows: list[tuple[Hashable, tuple[int, ...], int]] = []
         self._confidence: list[float] = []  # the draft model's, per token it drafted last
@@ -234,6 +237,7 @@ class AutoPolicy:
         self.state.last = choice
         self.state.decisions[f"{choice.drafter or 'plain'}"] += 1
         self._key = next((c.key for c in candidates if c.drafter == choice.drafter), None)
+        self._drafter = choice.drafter
         if choice.drafter != "ngram" and avail and len(self._shadows) < MAX_SHADOWS:
             self._shadows.append((candidates[0].key, tuple(avail), len(context)))
         if choice.drafter == "ngram":
@@ -254,14 +258,15 @@ class AutoPolicy:
                 verify_seconds: float = 0.0) -> None:
         if self._key is not None and drafted:
             self.state.model(self._key).observe(drafted, accepted)
-            self._last = LAST_FULL if accepted >= drafted else LAST_FAILED
+            self._last[self._drafter or "ngram"] = (LAST_FULL if accepted >= drafted
+                                                    else LAST_FAILED)
             for n, confidence in enumerate(self._confidence[: min(accepted + 1, drafted)]):
                 self.state.model((CONFIDENCE, confidence_bucket(confidence))).observe(
                     1, int(n < accepted))
         elif not drafted:
             # A miss says the next step's draft is doubtful, not every later one: without
             # this, an answer whose draft once missed could stay plain through long copies.
-            self._last = NO_DRAFT_YET
+            self._last = dict.fromkeys(self._last, NO_DRAFT_YET)
         self._key = None
         self._confidence = []
 
@@ -310,13 +315,13 @@ class AutoPolicy:
                     bucket: int) -> list[Candidate]:
         out: list[Candidate] = []
         if avail:
-            out.append(Candidate("ngram", ("ngram", bucket, self._last),
+            out.append(Candidate("ngram", ("ngram", bucket, self._last["ngram"]),
                                  len(avail), lambda _k: 0.0))
         if (self.draft is not None and self.state.draft_costs is not None
                 and not self.draft.blind):
             costs = self.state.draft_costs
             gap = max(1, len(context) - len(self.draft.model.tokens))
-            out.append(Candidate("draft", ("draft", self._last), k,
+            out.append(Candidate("draft", ("draft", self._last["draft"]), k,
                                  lambda kk: costs.cost(gap) + (kk - 1) * costs.cost(1)))
         return out
 
