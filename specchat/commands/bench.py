@@ -105,6 +105,9 @@ def bench(
     *, settings: Settings,
 ) -> None:
     if cost_profile is not None or recording is not None:
+        if file is not None or record_file is not None or calibrate:
+            raise UsageError("--cost-profile replays a recording (--recording FILE); it runs "
+                             "no model: leave out the prompts file, --record and --calibrate")
         replay_command(cost_profile, recording, categories, limit, modes, json_file,
                        draft_max=settings["draft_max"])
         return
@@ -114,6 +117,8 @@ def bench(
     chosen = [] if calibrate else _chosen_prompts(file, categories, limit)
     _check_writable(json_file)
     if record_file is not None:
+        if calibrate:
+            raise UsageError("--record and --calibrate are separate runs: choose one")
         _check_writable(record_file)
         record_command(settings, file, chosen, options.max_tokens, Path(record_file))
         return
