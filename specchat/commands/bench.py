@@ -104,10 +104,8 @@ def bench(
         "or a built-in one's name (default: the built-in set's).")] = None,
     *, settings: Settings,
 ) -> None:
-    if cost_profile is not None or recording is not None:
-        if file is not None or record_file is not None or calibrate:
-            raise UsageError("--cost-profile replays a recording (--recording FILE); it runs "
-                             "no model: leave out the prompts file, --record and --calibrate")
+    replaying = _check_runs(file, record_file, calibrate, cost_profile, recording)
+    if replaying:
         replay_command(cost_profile, recording, categories, limit, modes, json_file,
                        draft_max=settings["draft_max"])
         return
@@ -117,8 +115,6 @@ def bench(
     chosen = [] if calibrate else _chosen_prompts(file, categories, limit)
     _check_writable(json_file)
     if record_file is not None:
-        if calibrate:
-            raise UsageError("--record and --calibrate are separate runs: choose one")
         _check_writable(record_file)
         record_command(settings, file, chosen, options.max_tokens, Path(record_file))
         return
@@ -150,6 +146,20 @@ def bench(
         raise SpecchatError("no prompt fitted in the context: raise --ctx or lower --max-tokens")
     if result.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _check_runs(file: Path | None, record_file: str | None, calibrate: bool,
+                cost_profile: str | None, recording: str | None) -> bool:
+    """Which kind of run the flags ask for (True: a priced replay); flags of two kinds are a
+    usage error rather than one of them being ignored."""
+    if cost_profile is not None or recording is not None:
+        if file is not None or record_file is not None or calibrate:
+            raise UsageError("--cost-profile replays a recording (--recording FILE); it runs "
+                             "no model: leave out the prompts file, --record and --calibrate")
+        return True
+    if record_file is not None and calibrate:
+        raise UsageError("--record and --calibrate are separate runs: choose one")
+    return False
 
 
 def _plain_peer(runtime: Runtime, loading: LoadSettings) -> ChatCompletionPeer | None:
