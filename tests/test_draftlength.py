@@ -141,18 +141,28 @@ def test_auto_takes_the_draft_model_on_a_gpu_and_never_on_a_cpu() -> None:
                                 FakeModel(16, seed=7, scale=4.0))[0].tokens
 
 
-def test_an_unsure_draft_is_cut_short_and_learnt_about() -> None:
-    # A flat draft (scale 0.1): it gives about 1/16 to every token, and is right about as
-    # often, while a sure twin drafts on.
+def test_an_unsure_draft_is_cut_short_and_learnt_about(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A flat draft (scale 0.1) gives about 1/16 to every token, and is right about as often;
+    # a sure twin of the target drafts on.
+    lengths: list[int] = []
+    original = AutoPolicy._draft_model
+
+    def counted(self: AutoPolicy, *args: Any) -> Draft:
+        out = original(self, *args)
+        lengths.append(len(out.tokens))
+        return out
+
+    monkeypatch.setattr(auto_module.AutoPolicy, "_draft_model", counted)
     flat = FakeModel(16, seed=8, scale=0.1)
-    fin, state = answer(gpu_profile(), FakeModel(16, seed=7, scale=4.0), flat)
-    assert flat.evaluated > 0  # tried, since a draft model pays on this machine
-    assert 0 < fin.stats.drafted <= state.decisions["draft"]  # one token a step at most
+    _, state = answer(gpu_profile(), FakeModel(16, seed=7, scale=4.0), flat)
+    assert flat.evaluated > 0 and lengths  # tried, since a draft model pays here
+    assert max(lengths) <= 1  # never past its first, doubtful token
     unsure = state.model(("confidence", 0))
     assert unsure.trials[0] >= 5 and unsure.rate(1) < unsure.prior
-    sure, _ = answer(gpu_profile(), FakeModel(16, seed=7, scale=4.0),
-                     FakeModel(16, seed=7, scale=4.0))
-    assert sure.stats.drafted > 2 * sure.stats.steps
+    lengths.clear()
+    answer(gpu_profile(), FakeModel(16, seed=7, scale=4.0), FakeModel(16, seed=7, scale=4.0))
+    assert lengths and sum(lengths) > 2 * len(lengths) and max(lengths) >= 3
 
 
 # --- exactness: the length depends on the draft's own probabilities only -----------------
@@ -198,3 +208,68 @@ def test_negative_control_a_trim_that_peeks_at_the_target_fails(
     monkeypatch.setattr(auto_module.AutoPolicy, "_draft_model", peeking)
     result, target = draws()
     assert chi2_pvalue(result.counts, exact_sequences(target, PROMPT, WARPS)) < P_MIN
+
+
+# --- a cold draft model: filled only once the answer shows it pays ------------------------
+
+def slow_prefill_profile() -> CostProfile:
+    """The GPU profile with a draft that reads prompts slowly: 300 tokens cost it about 15
+    target steps, more than a short answer can win back."""
+    from specchat.bench import profiles
+    from tests.test_priced_replay import profile_json
+
+    data = profile_json([1.0 + 0.05 * i for i in range(17)], 0.1, 0.0)
+    data["draft"]["prefill_tokens_per_second"] = 2000
+    return profiles.parse(data, "slow-prefill")
+
+
+def long_prompt(n: int = 300) -> list[int]:
+    return [int(t) for t in np.random.default_rng(5).integers(0, 16, n)]
+
+
+def run_auto(draft: FakeModel, n: int, profile: CostProfile,
+             state: AutoState | None = None) -> tuple[Finished, AutoState]:
+    state = state or profile.auto_state()
+    options = GenerationOptions(max_tokens=n, spec="auto", draft_max=8)
+    *_, fin = generate(FakeModel(16, seed=7, scale=4.0), long_prompt(), options, draft=draft,
+                       hooks=Hooks(auto=state))
+    assert isinstance(fin, Finished)
+    return fin, state
+
+
+def test_a_cold_draft_model_is_not_filled_for_a_short_answer() -> None:
+    twin = FakeModel(16, seed=7, scale=4.0, n_ctx=1024)
+    run_auto(twin, 4, slow_prefill_profile())
+    assert twin.evaluated == 0  # the prompt was never read: it could not have paid
+
+
+def test_a_cold_draft_model_catches_up_once_the_answer_has_paid_for_it() -> None:
+    twin = FakeModel(16, seed=7, scale=4.0, n_ctx=1024)
+    fin, state = run_auto(twin, 150, slow_prefill_profile())
+    assert twin.eval_calls[0] >= 300  # one catch-up batch: the whole prompt and more
+    assert state.decisions["draft"] > 0
+    steps_before = fin.stats.steps - state.decisions["draft"]
+    assert steps_before >= 5  # it waited while it had not paid yet
+    assert fin.stats.tokens_per_step > 1.5
+
+
+def test_a_draft_model_holding_the_conversation_is_brought_up_to_date_at_once() -> None:
+    twin = FakeModel(16, seed=7, scale=4.0, n_ctx=1024)
+    twin.eval(long_prompt()[:290], [-1])  # the earlier turns, from the last answer
+    calls = len(twin.eval_calls)
+    run_auto(twin, 4, slow_prefill_profile())
+    assert twin.eval_calls[calls] == 9  # prepare() read the 9 new prompt tokens (not the last)
+
+
+def test_preparing_without_filling_keeps_the_cached_prefix_and_reads_the_rest_later() -> None:
+    model = FakeModel(8, seed=2)
+    model.eval([1, 2, 3, 4, 0, 0], [-1])  # an older context, diverging after 4 tokens
+    drafter = DraftModelDrafter(model, SamplingOptions())
+    drafter.blind = True
+    context = [1, 2, 3, 4, 5, 6, 7]
+    drafter.prepare(context, fill=False)
+    assert list(model.tokens) == [1, 2, 3, 4] and not drafter.blind
+    calls = len(model.eval_calls)
+    out = drafter.propose(context, 2, np.random.default_rng(0))
+    assert model.eval_calls[calls] == 3  # 5, 6, 7 in one batch, then one more draft step
+    assert len(out.tokens) == 2

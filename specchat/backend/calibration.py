@@ -25,7 +25,9 @@ from specchat.storage import StorageError
 # Every size: costs are not smooth in n (blocks of 4 and 8 rows), so interpolation misleads.
 SIZES = tuple(range(1, 18))
 TARGET_SIZES = SIZES
-DRAFT_SIZES = (1, 2, 4, 8, 17)  # the draft mostly runs single steps and one catch-up batch
+# The draft mostly runs single steps and one catch-up batch; 128 prices a long catch-up (a
+# prompt the draft has not read yet), which `auto` weighs before filling a cold draft model.
+DRAFT_SIZES = (1, 2, 4, 8, 17, 128)
 PREFIX = 48  # positions already in the cache, so batches run at a realistic depth
 
 
@@ -174,7 +176,7 @@ def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],
     if table is None:
         if announce is not None:
             announce(path.name)
-        table = table_from(measure(model, sizes=sizes))
+        table = table_from(measure(model, sizes=sizes), max(MAX_N, *sizes))
         cache.save(key, table, path.name)
     return table
 

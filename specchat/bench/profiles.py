@@ -60,7 +60,7 @@ class ModelCosts:
     def measured(self, sizes: tuple[int, ...]) -> CostTable:
         """The table calibration would build on that machine from these sizes (it measures
         a few and interpolates), frozen: the replay's prices never drift."""
-        table = table_from({n: self.batch(n) for n in sizes})
+        table = table_from({n: self.batch(n) for n in sizes}, max(MAX_N, *sizes))
         table.learn = False
         return table
 

@@ -44,6 +44,7 @@ from specchat.engine.draftlength import (
     CONFIDENCE,
     CONFIDENCE_EDGES,
     CONFIDENCE_PRIORS,
+    CatchUp,
     DraftLength,
     confidence_bucket,
     longest_useful,
@@ -64,6 +65,10 @@ OPTIMISM = 0.5  # how much an uncertain estimate is given the benefit of the dou
 BEST_DRAFT_ACCEPTANCE = 0.95  # above what the 0.5B draft reached here (docs/costs.md: 79%)
 MAX_MATCH_EXTENSION = 32  # how far back a match is followed to measure its real length
 MAX_SHADOWS = 64  # undrafted lookups waiting for the target's tokens to score them
+# A draft model's cache lagging more than this is cold: it catches up only once the answer
+# has shown that it pays (draftlength.CatchUp); less is caught up in its next step.
+COLD_LAG = 64
+EXPLORE_TRIALS = 10  # draft-model steps before its rent is reckoned without optimism
 
 
 @dataclass
@@ -216,12 +221,15 @@ class AutoPolicy:
         # Lookups auto saw but did not draft: (key, continuation, context length then).
         self._shadows: list[tuple[Hashable, tuple[int, ...], int]] = []
         self._confidence: list[float] = []  # the draft model's, per token it drafted last
+        self._catch_up = CatchUp()  # what a cold draft model would have saved this answer
         state.new_answer()
 
     def prepare(self, context: Sequence[int]) -> None:
         self.ngram.prepare(context)
         if self.draft is not None:
-            self.draft.prepare(context)
+            # Filled now only when it holds most of the context already (draftlength.py).
+            lag = len(context) - 1 - common_prefix(self.draft.model.tokens, context[:-1])
+            self.draft.prepare(context, fill=lag <= COLD_LAG)
 
     def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
         self.ngram.prepare(context)  # syncs the index with the committed context
@@ -231,9 +239,11 @@ class AutoPolicy:
         avail = self.ngram.index.tokens[start: start + limit] if n else []
         bucket = AMBIGUOUS if n and self.ngram.index.ambiguous(n) else match_bucket(
             self._match_length(n, start))
-        candidates = self._candidates(context, limit, avail, bucket)
+        candidates, cold = self._candidates(context, limit, avail, bucket)
         choice = choose(self.state.target_costs, candidates, self.state.model,
                         overhead=self.state.overhead, optimism=OPTIMISM)
+        if cold is not None:
+            self._catch_up.rent(self._saving(cold, choice))
         self.state.last = choice
         self.state.decisions[f"{choice.drafter or 'plain'}"] += 1
         self._key = next((c.key for c in candidates if c.drafter == choice.drafter), None)
@@ -312,18 +322,38 @@ class AutoPolicy:
 
     # --- choosing ----------------------------------------------------------------------------
     def _candidates(self, context: Sequence[int], k: int, avail: Sequence[int],
-                    bucket: int) -> list[Candidate]:
+                    bucket: int) -> tuple[list[Candidate], Candidate | None]:
+        """The drafters to choose between, and a cold draft model priced as if it were
+        warm (only for the rent it would have saved) until its catch-up is paid for."""
         out: list[Candidate] = []
         if avail:
             out.append(Candidate("ngram", ("ngram", bucket, self._last["ngram"]),
                                  len(avail), lambda _k: 0.0))
-        if (self.draft is not None and self.state.draft_costs is not None
-                and not self.draft.blind):
-            costs = self.state.draft_costs
-            gap = max(1, len(context) - len(self.draft.model.tokens))
-            out.append(Candidate("draft", ("draft", self._last["draft"]), k,
-                                 lambda kk: costs.cost(gap) + (kk - 1) * costs.cost(1)))
-        return out
+        if (self.draft is None or self.state.draft_costs is None or self.draft.blind):
+            return out, None
+        costs = self.state.draft_costs
+        gap = max(1, len(context) - len(self.draft.model.tokens))
+        cold = gap > COLD_LAG
+        catch_up = costs.cost(1 if cold else gap)  # a paid-for catch-up is spent already
+        draft = Candidate("draft", ("draft", self._last["draft"]), k,
+                          lambda kk: catch_up + (kk - 1) * costs.cost(1))
+        if cold and not self._catch_up.paid(costs.cost(gap) - costs.cost(1)):
+            return out, draft
+        return [*out, draft], None
+
+    def _saving(self, warm: Candidate, choice: Choice) -> float:
+        """Seconds a warm draft model would have saved this step over `choice`."""
+        # Benefit of the doubt only while the draft model has hardly been tried: without it
+        # a draft model that looks marginal would never be tried at all.
+        tried = self.state.decisions["draft"]
+        best = choose(self.state.target_costs, [warm], self.state.model,
+                      overhead=self.state.overhead,
+                      optimism=OPTIMISM if tried < EXPLORE_TRIALS else 0.0)
+        if best.drafter is None or best.expected_speedup <= choice.expected_speedup:
+            return 0.0
+        seconds = (self.state.target_costs.cost(best.k + 1) + warm.draft_seconds(best.k)
+                   + self.state.overhead)
+        return seconds * (best.expected_speedup / choice.expected_speedup - 1.0)
 
     def _match_length(self, n: int, start: int) -> int:
         """How long the suffix match really is (the index only keys up to a few tokens)."""

@@ -120,8 +120,13 @@ class DraftModelDrafter:
         self.stop: Callable[[int, float], bool] | None = None
         self.confidence: list[float] = []
 
-    def prepare(self, context: Sequence[int]) -> None:
+    def prepare(self, context: Sequence[int], fill: bool = True) -> None:
+        """Take in the prompt; with fill=False only keep what the cache already holds of it
+        (the first propose() then evaluates the rest in one batch)."""
         self.blind = False
+        if not fill:
+            self.reset(context[:-1])
+            return
         # Everything but the last token: propose() evaluates that one to get q1.
         if 1 < len(context) <= self.model.n_ctx:
             head = context[:-1]

@@ -1,5 +1,16 @@
-"""How far `auto` drafts with the draft model: token by token, from the draft's own confidence.
+"""How `auto` uses the draft model: when its cache is worth filling, and how far to draft,
+token by token, from the draft's own confidence.
 
+**When to fill it.** A draft model whose cache lags the whole prompt (a new document, a first
+question) must first read it: on a GPU a 700-token prompt costs a 0.5B model 5 to 13 target
+steps, more than a short answer gains from it (priced replays of Spec-Bench's rag prompts,
+docs/gpu.md). So the draft model starts cold, and `CatchUp` rents: every step it would have
+paid, the time it would have saved is counted, and once that reaches what catching up costs,
+it catches up and drafts (ski rental: never more than twice the better of "fill it at once"
+and "never use it"). One whose cache already holds most of the context (the conversation so
+far) is brought up to date at once.
+
+**How far to draft.**
 The draft model says how sure it is of every token it drafts (its probability of it), and that
 predicts whether the target agrees far better than an average over earlier drafts does: the
 priced replays of recorded answers (docs/gpu.md) show the draft sure of most tokens the target
@@ -90,3 +101,16 @@ def longest_useful(verify: Callable[[int], float], step_seconds: float, limit: i
         if rate > best:
             best, best_k = rate, k
     return best_k
+
+
+@dataclass
+class CatchUp:
+    """Ski rental for a cold draft model: the seconds it would have saved so far."""
+
+    missed: float = 0.0
+
+    def rent(self, seconds: float) -> None:
+        self.missed += max(seconds, 0.0)
+
+    def paid(self, catch_up_seconds: float) -> bool:
+        return self.missed >= catch_up_seconds
