@@ -39,7 +39,9 @@ from specchat.storage import StorageError
 # Every size: costs are not smooth in n (blocks of 4 and 8 rows), so interpolation misleads.
 SIZES = tuple(range(1, 18))
 TARGET_SIZES = SIZES
-DRAFT_SIZES = (1, 2, 4, 8, 17)  # the draft mostly runs single steps and one catch-up batch
+# The draft mostly runs single steps and one catch-up batch; 128 prices a long catch-up (a
+# prompt the draft has not read yet), which `auto` weighs before filling a cold draft model.
+DRAFT_SIZES = (1, 2, 4, 8, 17, 128)
 PREFIX = 48  # positions already in the cache, so batches run at a realistic depth
 SAMPLE_DEPTH = 16  # a start's samples: a short prefill first, so a slow machine starts soon
 
@@ -161,7 +163,7 @@ class Samples:
                 above = [m for m in known if m > n]
                 filled[n] = self.best[above[0]] if above else \
                     self.best[top] + (n - top) * per_token
-        return table_from(filled)
+        return table_from(filled, max(MAX_N, *sizes))
 
 
 def sample_costs(model: LogitsModel, sizes: tuple[int, ...], samples: Samples, *,
