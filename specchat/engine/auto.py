@@ -34,11 +34,14 @@ from specchat.engine.cost import (
 )
 from specchat.engine.drafters import (
     EMPTY_DRAFT,
+    PROMPT,
     Draft,
     DraftModelDrafter,
     PromptLookupDrafter,
 )
+from specchat.engine.history import HISTORY_PRIORS, HistoryDrafter, history_prior
 from specchat.engine.protocol import common_prefix
+from specchat.engine.tree import TreeDraft
 
 # Ratios of a CPU verify batch to one step (docs/costs.md, Qwen 1.5B on 2 cores): a cautious
 # starting point when nothing was measured; real runs calibrate at load.
@@ -71,6 +74,9 @@ class AutoState:
     def model(self, key: Hashable) -> AcceptanceModel:
         if key not in self.models:
             assert isinstance(key, tuple)
+            if key[0] == "history":  # (history, length bucket, support): engine/history.py
+                self.models[key] = AcceptanceModel(history_prior(key[1], key[2]))
+                return self.models[key]
             base = NGRAM_PRIORS[key[1]] if key[0] == "ngram" else DRAFT_MODEL_PRIOR
             later = NGRAM_LATER_PRIORS[key[1]] if key[0] == "ngram" else None
             self.models[key] = AcceptanceModel(
@@ -138,11 +144,17 @@ class AutoState:
 
 
 def _parse_key(name: object) -> tuple[Any, ...] | None:
-    """("ngram", bucket, streak) or ("draft", streak) from its JSON form, else None."""
+    """("ngram", bucket, streak), ("draft", streak) or ("history", bucket, support) from its
+    JSON form, else None."""
     try:
         key = tuple(json.loads(name)) if isinstance(name, str) else None
-    except ValueError:
+    except (ValueError, TypeError):
         return None
+    if key and key[0] == "history" and len(key) == 3:
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in key[1:])
+        in_range = ok and 0 <= key[1] < len(HISTORY_PRIORS) and \
+            0 <= key[2] < len(HISTORY_PRIORS[0])
+        return key if in_range else None
     if not key or key[-1] not in STREAK_PRIOR_SHIFT or isinstance(key[-1], bool):
         return None
     if key[0] == "ngram" and len(key) == 3 and key[1] in range(len(NGRAM_PRIORS)):
@@ -163,6 +175,8 @@ def _counts(counts: object, name: str) -> list[float] | None:
 def _key_name(key: Hashable) -> str:
     if not isinstance(key, tuple):
         return str(key)
+    if key[0] == "history":
+        return f"history/match-bucket-{key[1]}/support-{key[2]}"
     last = {NO_DRAFT_YET: "first", LAST_FULL: "after-full", LAST_FAILED: "after-miss"}[key[-1]]
     if key[0] == "ngram":
         kind = "ambiguous-ngram" if key[1] == AMBIGUOUS else f"match-bucket-{key[1]}"
@@ -176,10 +190,13 @@ class AutoPolicy:
     second."""
 
     def __init__(self, state: AutoState, ngram: PromptLookupDrafter,
-                 draft: DraftModelDrafter | None, k_max: int) -> None:
+                 draft: DraftModelDrafter | None, k_max: int,
+                 history: HistoryDrafter | None = None) -> None:
         self.state = state
         self.ngram = ngram
         self.k_max = k_max
+        self.history = history  # drafts from earlier answers (engine/history.py)
+        self._history_depth = 0  # how deep the history draft being verified goes
         self.draft = draft if draft is not None and state.draft_model_can_pay(k_max) else None
         self._key: Hashable | None = None
         self._last = NO_DRAFT_YET
@@ -192,7 +209,8 @@ class AutoPolicy:
         if self.draft is not None:
             self.draft.prepare(context)
 
-    def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
+    def propose(self, context: Sequence[int], limit: int,
+                rng: np.random.Generator) -> Draft | TreeDraft:
         self.ngram.prepare(context)  # syncs the index with the committed context
         self._resolve_shadows(context)
         # One index lookup per step: the continuation and the match length both come from it.
@@ -203,13 +221,20 @@ class AutoPolicy:
         candidates = self._candidates(context, limit, avail, bucket)
         choice = choose(self.state.target_costs, candidates, self.state.model,
                         overhead=self.state.overhead, optimism=OPTIMISM)
+        plan = None if self.history is None else self.history.plan(
+            context, limit, self.state.target_costs, self.state.overhead)
+        if plan is not None and plan.expected_speedup > choice.expected_speedup:
+            choice = Choice("history", len(plan.draft.tokens), plan.expected_speedup)
         self.state.last = choice
         self.state.decisions[f"{choice.drafter or 'plain'}"] += 1
         self._key = next((c.key for c in candidates if c.drafter == choice.drafter), None)
         if choice.drafter != "ngram" and avail and len(self._shadows) < MAX_SHADOWS:
             self._shadows.append((candidates[0].key, tuple(avail), len(context)))
         if choice.drafter == "ngram":
-            return Draft(tuple(avail[: choice.k]), None)
+            return Draft(tuple(avail[: choice.k]), None, PROMPT)
+        if choice.drafter == "history" and plan is not None:
+            self._history_depth = plan.depth
+            return plan.draft
         if choice.drafter == "draft" and self.draft is not None:
             return self.draft.propose(context, choice.k, rng)
         return EMPTY_DRAFT
@@ -227,6 +252,8 @@ class AutoPolicy:
         if self._key is not None and drafted:
             self.state.model(self._key).observe(drafted, accepted)
             self._last = LAST_FULL if accepted >= drafted else LAST_FAILED
+        elif drafted:  # from the history, which learns from what is committed instead
+            self._last = LAST_FULL if accepted >= self._history_depth else LAST_FAILED
         elif not drafted:
             # A miss says the next step's draft is doubtful, not every later one: without
             # this, an answer whose draft once missed could stay plain through long copies.

@@ -1,0 +1,290 @@
+"""A suffix index over stored token records: where the context's last tokens occurred before,
+and what followed them there.
+
+A store is a list of segments (the backend reads them from disk; the engine never does I/O).
+A segment holds records of token ids, each closed by SEP, and a sorted index of every k-gram
+that has a continuation: (hash of the k tokens ending at position p, p), ordered by hash and
+then by p. A lookup hashes the context's last k tokens, finds the most recent occurrences in
+each segment by binary search (newest segment first), measures how long each match really is
+by comparing backwards, and returns what followed each occurrence.
+
+Why hashed k-grams and not a suffix tree: a full store (64 MB by default, ~4M tokens) must
+open in well under 100 ms and be written to by several processes at once. Sorted arrays in
+immutable files open by mmap in microseconds, merge with numpy, and answer a lookup with one
+binary search per segment; the backward comparison then gives the true match length (up to
+MAX_MATCH), which is what a suffix tree's depth would give.
+
+Bytes on disk are hostile: every position an index hands out is checked against its segment's
+length, and token ids the model does not have end a continuation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+SEP = np.uint32(0xFFFFFFFF)  # closes every record: no match or continuation crosses it
+KEY_LEN = 2  # tokens hashed per index entry: the shortest match a lookup can find
+MAX_MATCH = 32  # how far back a match is followed to measure its length
+_M1 = np.uint64(0x9E3779B97F4A7C15)
+_M2 = np.uint64(0xBF58476D1CE4E5B9)
+_M3 = np.uint64(0x94D049BB133111EB)
+
+
+def kgram_keys(tokens: np.ndarray, k: int = KEY_LEN) -> np.ndarray:
+    """Hash of tokens[p-k+1 .. p] for every p >= k-1 (uint64, len(tokens) - k + 1 values)."""
+    t = np.asarray(tokens, dtype=np.uint64)
+    n = len(t) - k + 1
+    if n <= 0:
+        return np.zeros(0, dtype=np.uint64)
+    return _hash([t[j: j + n] for j in range(k)], n)
+
+
+def row_keys(rows: np.ndarray) -> np.ndarray:
+    """A hash of each row of a 2-D array of token ids (-1 allowed)."""
+    m = np.asarray(rows).astype(np.uint64)
+    return _hash([m[:, j] for j in range(m.shape[1])], m.shape[0])
+
+
+def _hash(columns: list[np.ndarray], n: int) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        h = np.full(n, _M1, dtype=np.uint64)
+        for col in columns:
+            h = (h ^ col) * _M2
+            h ^= h >> np.uint64(31)
+        h = (h ^ (h >> np.uint64(29))) * _M3
+        h ^= h >> np.uint64(32)
+    return h
+
+
+def build_index(tokens: np.ndarray, k: int = KEY_LEN) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, positions) of a segment's tokens: every k-gram without SEP that is followed by
+    a token, sorted by key and then position (so a key's most recent occurrence is last)."""
+    t = np.asarray(tokens, dtype=np.uint32)
+    n = len(t)
+    if n <= k:
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint32)
+    keys = kgram_keys(t, k)[:-1]  # the k-gram ending at the last token has no continuation
+    is_sep = t == SEP
+    # A k-gram ending at p is usable when none of t[p-k+1 .. p+1] is SEP.
+    window = np.convolve(is_sep.astype(np.int32), np.ones(k + 1, dtype=np.int32), "valid")
+    ok = window == 0
+    pos = np.flatnonzero(ok).astype(np.uint32) + np.uint32(k - 1)
+    keys = keys[ok]
+    order = np.lexsort((pos, keys))
+    return keys[order], pos[order]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One immutable part of a store: tokens (records closed by SEP) and their k-gram index."""
+
+    tokens: np.ndarray  # uint32
+    keys: np.ndarray  # uint64, sorted
+    positions: np.ndarray  # uint32, position of each key's last token
+
+    @classmethod
+    def of_records(cls, records: Sequence[Sequence[int]], k: int = KEY_LEN) -> Segment:
+        """A segment built in memory (the backend writes these; tests use them directly)."""
+        parts: list[np.ndarray] = []
+        for record in records:
+            parts.append(np.asarray(record, dtype=np.uint32))
+            parts.append(np.array([SEP], dtype=np.uint32))
+        tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+        keys, positions = build_index(tokens, k)
+        return cls(tokens, keys, positions)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(frozen=True)
+class Matches:
+    """Earlier occurrences of the context's suffix, most recent first."""
+
+    length: np.ndarray  # int64 (c,): how many context tokens each occurrence matches
+    following: np.ndarray  # int64 (c, depth): the tokens that followed; -1 past the end
+    # int64 (c,): a hash of the MAX_MATCH tokens up to each occurrence and what followed:
+    # equal for copies of one text (a schema pasted into every request), which are one
+    # piece of evidence, not several.
+    text: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.length)
+
+
+class SuffixIndex:
+    """Lookups over a store's segments, oldest first (later segments are more recent)."""
+
+    def __init__(self, segments: Sequence[Segment], n_vocab: int, k: int = KEY_LEN) -> None:
+        self.segments = [s for s in segments if len(s.keys)]
+        self.n_vocab = n_vocab
+        self.k = k
+
+    @property
+    def empty(self) -> bool:
+        return not self.segments
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(s) for s in self.segments)
+
+    def lookup(self, context: Sequence[int], *, max_occurrences: int = 48,
+               depth: int = 16) -> Matches | None:
+        """Up to `max_occurrences` most recent occurrences of the context's last k tokens,
+        each with its match length and the `depth` tokens that followed; None if none."""
+        k = self.k
+        if len(context) < k or self.empty:
+            return None
+        tail = np.asarray(context[-MAX_MATCH:], dtype=np.int64)
+        key = kgram_keys(tail[-k:], k)[0]
+        parts: list[Matches] = []
+        left = max_occurrences
+        for seg in reversed(self.segments):
+            hi = int(np.searchsorted(seg.keys, key, side="right"))
+            lo = max(int(np.searchsorted(seg.keys, key, side="left")), hi - left)
+            if hi <= lo:
+                continue
+            pos = seg.positions[lo:hi][::-1].astype(np.int64)  # most recent first
+            pos = pos[(pos >= k - 1) & (pos + 1 < len(seg.tokens))]  # hostile bytes
+            found = _occurrences(seg.tokens, pos, tail, depth, self.n_vocab)
+            keep = found.length >= k  # a hash collision matches nothing
+            if keep.any():
+                parts.append(Matches(found.length[keep], found.following[keep],
+                                     found.text[keep]))
+            left -= len(pos)
+            if left <= 0:
+                break
+        return _joined(parts)
+
+
+class ContextIndex:
+    """The k-grams of the context (prompt and answer so far), kept as it grows: the same
+    lookups as SuffixIndex, over the tokens of this answer. A k-gram is indexed once a token
+    follows it, so the context's own suffix never matches itself."""
+
+    def __init__(self, n_vocab: int, k: int = KEY_LEN) -> None:
+        self.n_vocab = n_vocab
+        self.k = k
+        self._buf = np.zeros(1024, dtype=np.int64)
+        self._n = 0
+        self._at: dict[tuple[int, ...], list[int]] = {}
+
+    def sync(self, context: Sequence[int]) -> None:
+        """Take in what the context gained; start over if it is not an extension."""
+        n = self._n
+        if n > len(context) or (n and context[n - 1] != self._buf[n - 1]):
+            self._n, self._at, n = 0, {}, 0
+        if len(context) > len(self._buf):
+            grown = np.zeros(max(len(context), 2 * len(self._buf)), dtype=np.int64)
+            grown[:n] = self._buf[:n]
+            self._buf = grown
+        self._buf[n:len(context)] = context[n:]
+        k, at, buf = self.k, self._at, self._buf
+        for j in range(max(n, k), len(context)):
+            at.setdefault(tuple(buf[j - k:j].tolist()), []).append(j - 1)
+        self._n = len(context)
+
+    def lookup(self, *, max_occurrences: int, depth: int) -> Matches | None:
+        """Like SuffixIndex.lookup, for the synced context's own suffix."""
+        n, k = self._n, self.k
+        if n < k:
+            return None
+        found = self._at.get(tuple(self._buf[n - k:n].tolist()))
+        if not found:
+            return None
+        pos = np.asarray(found[-max_occurrences:][::-1], dtype=np.int64)
+        tokens = self._buf[:n]
+        return _occurrences(tokens, pos, tokens[-MAX_MATCH:], depth, self.n_vocab)
+
+
+def _joined(parts: list[Matches]) -> Matches | None:
+    if not parts:
+        return None
+    return Matches(np.concatenate([p.length for p in parts]),
+                   np.concatenate([p.following for p in parts]),
+                   np.concatenate([p.text for p in parts]))
+
+
+def _occurrences(tokens: np.ndarray, pos: np.ndarray, tail: np.ndarray, depth: int,
+                 n_vocab: int) -> Matches:
+    """Match length, continuation and text hash of each position (see Matches)."""
+    back = _window(tokens, pos[:, None] - np.arange(MAX_MATCH)[None, :])
+    same = (back == tail[::-1][None, :]) if len(tail) == MAX_MATCH else \
+        np.concatenate([back[:, :len(tail)] == tail[::-1][None, :],
+                        np.zeros((len(pos), MAX_MATCH - len(tail)), dtype=bool)], axis=1)
+    length = np.logical_and.accumulate(same, axis=1).sum(axis=1)
+    ahead = _window(tokens, pos[:, None] + 1 + np.arange(depth)[None, :])
+    bad = np.logical_or.accumulate((ahead < 0) | (ahead >= n_vocab), axis=1)
+    ahead[bad] = -1
+    text = row_keys(np.concatenate([back, ahead], axis=1))
+    return Matches(length, ahead, text.view(np.int64))
+
+
+def _window(tokens: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """tokens[idx] as int64, -1 where idx falls outside the array (SEP stays as it is)."""
+    inside = (idx >= 0) & (idx < len(tokens))
+    out = tokens[np.clip(idx, 0, max(len(tokens) - 1, 0))].astype(np.int64)
+    out[~inside] = -1
+    return out
+
+
+@dataclass(frozen=True)
+class CandidateTree:
+    """The distinct continuations of a set of occurrences as a trie, parents before children.
+
+    `weight[i]` is the summed weight of the occurrences whose continuation passes node i,
+    `total` that of all occurrences (the root's); `parent` is -1 for the root's children.
+    """
+
+    tokens: np.ndarray  # int64 (n,)
+    parent: np.ndarray  # int64 (n,)
+    depth: np.ndarray  # int64 (n,), 1 for the root's children
+    weight: np.ndarray  # float64 (n,)
+    count: np.ndarray  # int64 (n,): occurrences through the node
+    total: float
+    marked: np.ndarray  # int64 (n,): of those, occurrences marked (e.g. from the store)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def continuation_tree(following: np.ndarray, weights: np.ndarray,
+                      marks: np.ndarray | None = None) -> CandidateTree:
+    """The trie of `following` rows (-1 pads a row's end), weighting each row by `weights`
+    and counting, per node, the rows `marks` flags."""
+    c, depth = following.shape
+    if c == 0 or depth == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return CandidateTree(empty, empty, empty, np.zeros(0), empty, 0.0, empty)
+    order = np.lexsort(following.T[::-1])
+    rows = following[order]
+    w = np.asarray(weights, dtype=np.float64)[order]
+    flagged = np.zeros(c, dtype=bool) if marks is None else np.asarray(marks, bool)[order]
+    valid = rows >= 0
+    # A row opens a new node at depth d when its prefix up to d differs from the row before.
+    diff = np.ones_like(rows, dtype=bool)
+    diff[1:] = np.logical_or.accumulate(rows[1:] != rows[:-1], axis=1)
+    opens = diff & valid
+    per_depth = opens.sum(axis=0)
+    offsets = np.concatenate(([0], np.cumsum(per_depth)[:-1]))
+    ids = np.cumsum(opens, axis=0) - 1 + offsets[None, :]
+    ids[~valid] = -1
+    n = int(per_depth.sum())
+    flat = ids[valid]
+    tokens = np.empty(n, dtype=np.int64)
+    tokens[flat] = rows[valid]
+    parents_of = np.full_like(ids, -1)
+    parents_of[:, 1:] = ids[:, :-1]
+    parent = np.empty(n, dtype=np.int64)
+    parent[flat] = parents_of[valid]
+    node_depth = np.empty(n, dtype=np.int64)
+    node_depth[flat] = np.broadcast_to(np.arange(1, depth + 1), rows.shape)[valid]
+    weight = np.bincount(flat, weights=np.broadcast_to(w[:, None], rows.shape)[valid],
+                         minlength=n)
+    count = np.bincount(flat, minlength=n)
+    marked = np.bincount(flat, weights=np.broadcast_to(flagged[:, None], rows.shape)[valid],
+                         minlength=n).astype(np.int64)
+    return CandidateTree(tokens, parent, node_depth, weight, count, float(w.sum()), marked)
