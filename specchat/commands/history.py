@@ -10,9 +10,12 @@ from typing import Annotated, Optional
 import typer
 
 from specchat import storage
+from specchat.backend.draftstore import clear as clear_store
+from specchat.backend.draftstore import forget_everywhere, tag_of, usage_by_vocabulary
 from specchat.chat import archive
-from specchat.chat.store import summaries
+from specchat.chat.store import read_records, summaries
 from specchat.errors import UsageError
+from specchat.paths import draft_store_dir
 
 app = typer.Typer(help="Saved conversations: list (newest first), search, show, rm, export. "
                   "ID: a conversation's ID, a unique prefix of it, or `last`.",
@@ -80,11 +83,47 @@ def rm(ident: Ident,
         if not typer.confirm(question, default=False, err=True):
             print("nothing deleted", file=sys.stderr)
             return
+    tags = {tag_of(str(r["assistant"])) for r in read_records(path)
+            if r.get("type") == "turn" and r.get("assistant")}
     try:
         path.unlink()
     except OSError as exc:
         raise UsageError(f"cannot delete {path}: {storage.describe(exc)}") from None
     print(f"deleted {path.stem}", file=sys.stderr)
+    try:
+        forgotten = forget_everywhere(tags)
+    except (OSError, storage.StorageError) as exc:
+        print(f"specchat: its answers are still in the drafting store ({exc}): "
+              "`specchat history store --clear` removes them all", file=sys.stderr)
+        raise typer.Exit(1) from None
+    if forgotten:
+        print(f"removed {forgotten} of its answers from the drafting store", file=sys.stderr)
+
+
+@app.command("store", help="Where the drafting store of earlier prompts and answers is, "
+             "and how big (--clear: delete it).")
+def store(clear_: Annotated[bool, typer.Option("--clear", help="Delete every answer in "
+                            "it (asks first unless --yes).")] = False,
+          yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False
+          ) -> None:
+    root = draft_store_dir()
+    usage = usage_by_vocabulary(root)
+    print(f"drafting store: {root}")
+    for vocab, (files, size, records) in usage.items():
+        print(f"  vocabulary {vocab}: {records} answers, {size / 1e6:.1f} MB in {files} files")
+    if not usage:
+        print("  (empty)")
+    if not clear_ or not usage:
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError("history store --clear would delete every kept answer: confirm "
+                             "in a terminal or pass --yes")
+        if not typer.confirm("delete every answer in the drafting store?", default=False,
+                             err=True):
+            print("nothing deleted", file=sys.stderr)
+            return
+    print(f"deleted {clear_store(root)} answers from the drafting store", file=sys.stderr)
 
 
 @app.command("export", help="Write a conversation as Markdown or JSON (stdout, or -o FILE).")

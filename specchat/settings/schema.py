@@ -31,6 +31,7 @@ Checker = Callable[[Any], str | None]  # None when fine, else what is allowed
 
 MODEL, GENERATION, CHAT, REMOTE, SERVER, ASK = ("model", "generation", "chat", "remote", "server",
                                              "ask")
+STORE = "store"  # what is kept of the questions and answers (ask, chat and serve)
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 NO_DRAFT = "none"  # the draft option's value for "no draft model" (None: the preset's default)
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -198,13 +199,15 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
 
 
-def _parse_size(text: str) -> str:
-    """A size option keeps its text ('2G'); parse_size turns it into bytes where used."""
-    try:
-        parse_size(text)
-    except OptionError as exc:
-        raise OptionError(f"prompt_cache {exc}") from None
-    return text
+def _size_option(name: str) -> Parser:
+    def parse(text: str) -> str:
+        """A size option keeps its text ('2G'); parse_size turns it into bytes where used."""
+        try:
+            parse_size(text)
+        except OptionError as exc:
+            raise OptionError(f"{name} {exc}") from None
+        return text
+    return parse
 
 
 def _parse_draft(text: str) -> str | None:
@@ -295,7 +298,17 @@ OPTIONS: tuple[Option, ...] = (
            live=True),
     # --- one-shot answers -----------------------------------------------------------------------
     Option("prompt_cache", str, "2G", "Disk the prompt cache of one-shot answers may use "
-           "(e.g. 2G, 500M; 0 or off: no cache).", ASK, parse=_parse_size, metavar="SIZE"),
+           "(e.g. 2G, 500M; 0 or off: no cache).", ASK, parse=_size_option("prompt_cache"),
+           metavar="SIZE"),
+    # --- what is kept of questions and answers ------------------------------------------------
+    Option("draft_history", bool, True, "Let `auto` draft from earlier prompts and answers "
+           "kept on this machine (the drafting store); false: it is neither read nor "
+           "written.", STORE),
+    Option("draft_store", str, "64M", "Disk the drafting store may use per vocabulary, "
+           "oldest answers evicted first (e.g. 64M; 0 or off: nothing kept).", STORE,
+           parse=_size_option("draft_store"), metavar="SIZE"),
+    Option("private", bool, False, "Write nothing of what is asked or answered: no "
+           "conversation file, input history, prompt cache or drafting store.", STORE),
     # --- another server instead of local models ----------------------------------------------
     Option("endpoint", str, None, "Use an OpenAI-compatible server at this URL instead of "
            "local models.", REMOTE, optional=True, metavar="URL"),
