@@ -92,9 +92,9 @@ def conversations_dir() -> Path:
 
 def draft_store_dir() -> Path:
     """Earlier prompts and answers `auto` drafts from (they hold the user's words, so they
-    live with the conversations): $SPECCHAT_DRAFT_STORE, else <state>/drafts."""
+    live with the conversations): $SPECCHAT_DRAFT_STORE_DIR, else <state>/drafts."""
     return user_path("state", "drafts", home_name="state/drafts",
-                     override="SPECCHAT_DRAFT_STORE")
+                     override="SPECCHAT_DRAFT_STORE_DIR")
 
 
 def input_history_file() -> Path:

@@ -136,8 +136,8 @@ def test_rm_removes_the_conversations_answers_from_the_drafting_store(
     from specchat.engine.history import HistoryDrafter
     from specchat.paths import draft_store_dir
 
-    answer = [int(b) for b in "Use reversed(xs).".encode()]
-    other = [int(b) for b in "one".encode()]
+    answer = [int(b) for b in b"Use reversed(xs)."]
+    other = [int(b) for b in b"one"]
     store = DraftStore(draft_store_dir(), "v" * 16, 1 << 20)
     store.append([7, 7, *answer, 0], tag_of("Use reversed(xs)."))
     store.append([8, 8, *other, 0], tag_of("one"))

@@ -90,15 +90,28 @@ def bench(
     calibrate: Annotated[bool, typer.Option(
         "--calibrate", help="Measure and print what a verify batch costs here (and the "
         "break-even acceptance), then exit.")] = False,
+    sessions: Annotated[bool, typer.Option(
+        "--sessions", help="FILE holds sessions of related requests, answered in order "
+        "(default: the built-in session set); --modes defaults to auto, --limit counts "
+        "requests per session, --categories picks sessions.")] = False,
+    via: Annotated[str, typer.Option(
+        "--via", help="With --sessions: ask (each request a fresh `specchat ask` process, "
+        "as a shell loop) or serve (one `specchat serve` per mode).")] = "ask",
     *, settings: Settings,
 ) -> None:
+    if sessions:
+        from specchat.commands.bench_sessions import bench_sessions
+
+        bench_sessions(file, categories, limit, modes, json_file, peer, via, settings)
+        return
     options = c.options_from(settings).with_values(spec=Spec.OFF)
     ctx = settings["ctx"]
     mode_list = parse_modes(modes, DEFAULT_MODES)
     chosen = [] if calibrate else _chosen_prompts(file, categories, limit)
     _check_writable(json_file)
+    # Single prompts: no drafting store (earlier runs' answers would answer for them).
     loading = replace(LoadSettings.from_settings(settings, quiet=json_file == "-"),
-                      spec=_load_spec(mode_list, calibrate))
+                      spec=_load_spec(mode_list, calibrate), draft_history=False)
     with open_runtime(loading) as runtime:
         if calibrate:
             if runtime.tuned is None:
