@@ -186,16 +186,24 @@ class HistoryDrafter:
         length = np.concatenate([m.length for m, _ in found])
         stored = np.concatenate([np.full(len(m), flag) for m, flag in found])
         text = np.concatenate([m.text for m, _ in found])
+        rows = np.concatenate([m.following for m, _ in found])
+        # Copied by the earlier answer from its own request, and not in this one: a value
+        # (a name, an id) that this answer will copy from its own request instead, so it
+        # does not vote on what comes next here (docs/drafting.md has the numbers).
+        variable = np.concatenate([m.copied for m, _ in found]) & np.array(
+            [not self.context.has_pair(a, b) for a, b in rows[:, :2]], dtype=bool)
         # The longest matches speak for the context; shorter ones only when nothing longer
         # was found (a suffix tree's deepest node, with its counts). Copies of one text
         # count once (the most recent).
         best = int(length.max())
-        chosen = length >= min(best, max(self.index.k, best - 2))
+        chosen = (length >= min(best, max(self.index.k, best - 2))) & ~variable
+        if not chosen.any():
+            return None
         _, first = np.unique(text, return_index=True)
         chosen &= np.isin(np.arange(len(text)), first)
-        rows = np.concatenate([m.following for m, _ in found])[chosen]
+        rows = rows[chosen]
         weights = RECENCY ** np.arange(len(rows), dtype=np.float64)
-        tree = continuation_tree(rows, weights, stored[chosen])
+        tree = continuation_tree(rows, weights, (stored[chosen],))
         if not len(tree):
             return None
         bucket = length_bucket(best + tree.depth - 1)
@@ -273,7 +281,7 @@ def _as_draft(tree: CandidateTree, nodes: list[int], reach: np.ndarray) -> Draft
         below = [c for c in kids.get(node, []) if c in kept]
         stack.extend((c, row) for c in sorted(below, key=lambda c: reach[c]))
     # Attributed to the store when any drafted node was seen there (else: this answer).
-    source = HISTORY if any(tree.marked[i] for i in nodes) else PROMPT
+    source = HISTORY if any(tree.marked[0][i] for i in nodes) else PROMPT
     if all(p == i - 1 for i, p in enumerate(parents)):
         return Draft(tuple(tokens), None, source)
     return TreeDraft(tuple(tokens), tuple(parents), source)

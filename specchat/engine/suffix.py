@@ -28,6 +28,7 @@ import numpy as np
 SEP = np.uint32(0xFFFFFFFF)  # closes every record: no match or continuation crosses it
 KEY_LEN = 2  # tokens hashed per index entry: the shortest match a lookup can find
 MAX_MATCH = 32  # how far back a match is followed to measure its length
+COPY_WINDOW = 512  # how far back in its own record a continuation is looked for
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
 _M3 = np.uint64(0x94D049BB133111EB)
@@ -110,6 +111,10 @@ class Matches:
     # equal for copies of one text (a schema pasted into every request), which are one
     # piece of evidence, not several.
     text: np.ndarray
+    # bool (c,): the first two tokens that followed appear earlier in the occurrence's own
+    # record: the earlier answer copied them from its request (a name, an id), so this
+    # request will copy something of its own there.
+    copied: np.ndarray
 
     def __len__(self) -> int:
         return len(self.length)
@@ -149,11 +154,11 @@ class SuffixIndex:
                 continue
             pos = seg.positions[lo:hi][::-1].astype(np.int64)  # most recent first
             pos = pos[(pos >= k - 1) & (pos + 1 < len(seg.tokens))]  # hostile bytes
-            found = _occurrences(seg.tokens, pos, tail, depth, self.n_vocab)
+            found = _occurrences(seg.tokens, pos, tail, depth, self.n_vocab, copies=True)
             keep = found.length >= k  # a hash collision matches nothing
             if keep.any():
                 parts.append(Matches(found.length[keep], found.following[keep],
-                                     found.text[keep]))
+                                     found.text[keep], found.copied[keep]))
             left -= len(pos)
             if left <= 0:
                 break
@@ -171,12 +176,13 @@ class ContextIndex:
         self._buf = np.zeros(1024, dtype=np.int64)
         self._n = 0
         self._at: dict[tuple[int, ...], list[int]] = {}
+        self._pairs: set[tuple[int, int]] = set()  # every two adjacent tokens
 
     def sync(self, context: Sequence[int]) -> None:
         """Take in what the context gained; start over if it is not an extension."""
         n = self._n
         if n > len(context) or (n and context[n - 1] != self._buf[n - 1]):
-            self._n, self._at, n = 0, {}, 0
+            self._n, self._at, self._pairs, n = 0, {}, set(), 0
         if len(context) > len(self._buf):
             grown = np.zeros(max(len(context), 2 * len(self._buf)), dtype=np.int64)
             grown[:n] = self._buf[:n]
@@ -185,6 +191,8 @@ class ContextIndex:
         k, at, buf = self.k, self._at, self._buf
         for j in range(max(n, k), len(context)):
             at.setdefault(tuple(buf[j - k:j].tolist()), []).append(j - 1)
+        new = buf[max(n - 1, 0):len(context)].tolist()
+        self._pairs.update(zip(new, new[1:], strict=False))
         self._n = len(context)
 
     def lookup(self, *, max_occurrences: int, depth: int) -> Matches | None:
@@ -199,18 +207,24 @@ class ContextIndex:
         tokens = self._buf[:n]
         return _occurrences(tokens, pos, tokens[-MAX_MATCH:], depth, self.n_vocab)
 
+    def has_pair(self, first: int, second: int) -> bool:
+        """Whether these two tokens occur next to each other in the context."""
+        return (int(first), int(second)) in self._pairs
+
 
 def _joined(parts: list[Matches]) -> Matches | None:
     if not parts:
         return None
     return Matches(np.concatenate([p.length for p in parts]),
                    np.concatenate([p.following for p in parts]),
-                   np.concatenate([p.text for p in parts]))
+                   np.concatenate([p.text for p in parts]),
+                   np.concatenate([p.copied for p in parts]))
 
 
 def _occurrences(tokens: np.ndarray, pos: np.ndarray, tail: np.ndarray, depth: int,
-                 n_vocab: int) -> Matches:
-    """Match length, continuation and text hash of each position (see Matches)."""
+                 n_vocab: int, copies: bool = False) -> Matches:
+    """Match length, continuation, text hash and (with `copies`) whether the continuation
+    was copied, of each position (see Matches)."""
     back = _window(tokens, pos[:, None] - np.arange(MAX_MATCH)[None, :])
     same = (back == tail[::-1][None, :]) if len(tail) == MAX_MATCH else \
         np.concatenate([back[:, :len(tail)] == tail[::-1][None, :],
@@ -220,7 +234,18 @@ def _occurrences(tokens: np.ndarray, pos: np.ndarray, tail: np.ndarray, depth: i
     bad = np.logical_or.accumulate((ahead < 0) | (ahead >= n_vocab), axis=1)
     ahead[bad] = -1
     text = row_keys(np.concatenate([back, ahead], axis=1))
-    return Matches(length, ahead, text.view(np.int64))
+    copied = _copied(tokens, pos, ahead) if copies and depth >= 2 else \
+        np.zeros(len(pos), dtype=bool)
+    return Matches(length, ahead, text.view(np.int64), copied)
+
+
+def _copied(tokens: np.ndarray, pos: np.ndarray, ahead: np.ndarray) -> np.ndarray:
+    """Whether ahead[:, :2] occurs within COPY_WINDOW tokens before each position, in the
+    same record (no SEP in between)."""
+    win = _window(tokens, pos[:, None] - np.arange(COPY_WINDOW, 0, -1)[None, :])
+    inside = ~np.logical_or.accumulate(((win < 0) | (win == SEP))[:, ::-1], axis=1)[:, ::-1]
+    pair = (win[:, :-1] == ahead[:, :1]) & (win[:, 1:] == ahead[:, 1:2]) & inside[:, :-1]
+    return pair.any(axis=1) & (ahead[:, 1] >= 0)
 
 
 def _window(tokens: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -245,24 +270,25 @@ class CandidateTree:
     weight: np.ndarray  # float64 (n,)
     count: np.ndarray  # int64 (n,): occurrences through the node
     total: float
-    marked: np.ndarray  # int64 (n,): of those, occurrences marked (e.g. from the store)
+    # int64 (n,) per mark: of those occurrences, how many the mark flags (from the store...)
+    marked: tuple[np.ndarray, ...] = ()
 
     def __len__(self) -> int:
         return len(self.tokens)
 
 
 def continuation_tree(following: np.ndarray, weights: np.ndarray,
-                      marks: np.ndarray | None = None) -> CandidateTree:
+                      marks: Sequence[np.ndarray] = ()) -> CandidateTree:
     """The trie of `following` rows (-1 pads a row's end), weighting each row by `weights`
-    and counting, per node, the rows `marks` flags."""
+    and counting, per node and per mark, the rows that mark flags."""
     c, depth = following.shape
     if c == 0 or depth == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return CandidateTree(empty, empty, empty, np.zeros(0), empty, 0.0, empty)
+        return CandidateTree(empty, empty, empty, np.zeros(0), empty, 0.0,
+                             tuple(empty for _ in marks))
     order = np.lexsort(following.T[::-1])
     rows = following[order]
     w = np.asarray(weights, dtype=np.float64)[order]
-    flagged = np.zeros(c, dtype=bool) if marks is None else np.asarray(marks, bool)[order]
     valid = rows >= 0
     # A row opens a new node at depth d when its prefix up to d differs from the row before.
     diff = np.ones_like(rows, dtype=bool)
@@ -285,6 +311,7 @@ def continuation_tree(following: np.ndarray, weights: np.ndarray,
     weight = np.bincount(flat, weights=np.broadcast_to(w[:, None], rows.shape)[valid],
                          minlength=n)
     count = np.bincount(flat, minlength=n)
-    marked = np.bincount(flat, weights=np.broadcast_to(flagged[:, None], rows.shape)[valid],
-                         minlength=n).astype(np.int64)
+    marked = tuple(np.bincount(flat, weights=np.broadcast_to(
+        np.asarray(m, bool)[order][:, None], rows.shape)[valid], minlength=n).astype(np.int64)
+        for m in marks)
     return CandidateTree(tokens, parent, node_depth, weight, count, float(w.sum()), marked)
