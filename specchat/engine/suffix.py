@@ -21,6 +21,7 @@ length, and token ids the model does not have end a continuation.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from dataclasses import dataclass
 
 import numpy as np
@@ -192,7 +193,7 @@ class ContextIndex:
         for j in range(max(n, k), len(context)):
             at.setdefault(tuple(buf[j - k:j].tolist()), []).append(j - 1)
         new = buf[max(n - 1, 0):len(context)].tolist()
-        self._pairs.update(zip(new, new[1:], strict=False))
+        self._pairs.update(pairwise(new))
         self._n = len(context)
 
     def lookup(self, *, max_occurrences: int, depth: int) -> Matches | None:
