@@ -126,7 +126,7 @@ def test_copies_of_one_text_share_a_text_hash_and_different_texts_do_not() -> No
 def test_continuation_tree_is_the_trie_of_the_rows_with_weights_and_counts() -> None:
     rows = np.array([[5, 6, 7], [5, 6, -1], [5, 9, -1], [8, -1, -1]])
     tree = continuation_tree(rows, np.array([1.0, 0.5, 0.25, 2.0]),
-                             np.array([True, False, False, True]))
+                             (np.array([True, False, False, True]),))
     nodes = {}
     for i in range(len(tree)):
         path, node = [], i
@@ -134,7 +134,7 @@ def test_continuation_tree_is_the_trie_of_the_rows_with_weights_and_counts() -> 
             path.append(int(tree.tokens[node]))
             node = int(tree.parent[node])
         nodes[tuple(reversed(path))] = (float(tree.weight[i]), int(tree.count[i]),
-                                        int(tree.marked[i]), int(tree.depth[i]))
+                                        int(tree.marked[0][i]), int(tree.depth[i]))
         assert tree.parent[i] < i  # parents come first
     assert nodes == {(5,): (1.75, 3, 1, 1), (8,): (2.0, 1, 1, 1), (5, 6): (1.5, 2, 1, 2),
                      (5, 9): (0.25, 1, 0, 2), (5, 6, 7): (1.0, 1, 1, 3)}

@@ -21,8 +21,8 @@ length, and token ids the model does not have end a continuation.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import pairwise
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
