@@ -152,3 +152,30 @@ def test_learnt_history_acceptance_survives_export_and_import() -> None:
     bad = {'["history", 9, 0]': {"hits": [0.0] * 17, "trials": [0.0] * 17},
            '["history", "3", 0]': {"hits": [0.0] * 17, "trials": [0.0] * 17}}
     assert AutoState().import_acceptance(bad) == 0
+
+
+def test_copies_of_one_text_are_one_piece_of_evidence() -> None:
+    """A schema repeated in every stored request does not make its continuation look
+    supported by every record."""
+    schema = list(range(40, 80))
+    records = [[1, 2, *schema, 90 + i] for i in range(4)]  # one schema, different questions
+    store = SuffixIndex([Segment.of_records(records)], n_vocab=100)
+    drafter = HistoryDrafter(store, models()[1], branches=1)
+    drafter.plan([1, 2, 40, 41, 42], 16, CPU)
+    assert drafter._shadow is not None
+    tree = drafter._shadow.tree
+    first = int(np.flatnonzero(tree.parent == -1)[0])
+    assert tree.count[first] == 1  # four copies, one occurrence
+
+
+def test_a_value_an_earlier_answer_copied_from_its_request_is_not_proposed() -> None:
+    # Earlier request: "id 77 ..." answered "{ id : 77 }"; this request says "id 31".
+    earlier = [5, 6, 77, 78, 9, 1, 2, 6, 3, 77, 78, 4]
+    store = SuffixIndex([Segment.of_records([earlier])], n_vocab=100)
+    drafter = HistoryDrafter(store, models()[1], branches=1)
+    plan = drafter.plan([5, 6, 31, 32, 9, 1, 2, 6, 3], 16, GPU)
+    if plan is not None:
+        assert plan.draft.tokens[:1] != (77,)
+    drafter = HistoryDrafter(store, models()[1], branches=1)
+    same_value = drafter.plan([5, 6, 77, 78, 9, 1, 2, 6, 3], 16, GPU)
+    assert same_value is not None and same_value.draft.tokens[:2] == (77, 78)
