@@ -227,6 +227,7 @@ def _occurrences(tokens: np.ndarray, pos: np.ndarray, tail: np.ndarray, depth: i
     """Match length, continuation, text hash and (with `copies`) whether the continuation
     was copied, of each position (see Matches)."""
     back = _window(tokens, pos[:, None] - np.arange(MAX_MATCH)[None, :])
+    back[np.logical_or.accumulate(back == SEP, axis=1)] = -1  # nothing before the record
     same = (back == tail[::-1][None, :]) if len(tail) == MAX_MATCH else \
         np.concatenate([back[:, :len(tail)] == tail[::-1][None, :],
                         np.zeros((len(pos), MAX_MATCH - len(tail)), dtype=bool)], axis=1)
