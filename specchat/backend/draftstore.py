@@ -205,7 +205,9 @@ class DraftStore:
         for path in self.directory.iterdir():
             stale = path.name.startswith(".") and path.name.endswith(".tmp") and \
                 now - _mtime(path) > STALE_TEMP
-            bad = path.suffix == SUFFIX and (path.stem in covered or found.get(path.stem) is None)
+            # Only what was listed above: another writer may have added a segment since.
+            bad = path.suffix == SUFFIX and path.stem in found and (
+                path.stem in covered or found[path.stem] is None)
             if stale or bad:
                 with contextlib.suppress(OSError):
                     path.unlink()

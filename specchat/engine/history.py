@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -32,16 +32,18 @@ from specchat.engine.drafters import HISTORY, PROMPT, Draft
 from specchat.engine.suffix import (
     CandidateTree,
     ContextIndex,
+    Matches,
     SuffixIndex,
     continuation_tree,
 )
 from specchat.engine.tree import TreeDraft
 
-MAX_OCCURRENCES = 48  # most recent occurrences of a suffix that vote on continuations
+MAX_OCCURRENCES = 24  # most recent occurrences of a suffix that vote on continuations
 DEPTH = 16  # how far each occurrence's continuation is followed
 MAX_NODES = 64  # most candidates verified in one batch
 RECENCY = 0.93  # weight of the i-th most recent occurrence: RECENCY ** i
 SIBLING_MASS = 0.98  # the calibrated children of a node never claim more than this
+MIN_REACH = 0.02  # nodes the target is less likely to reach are never worth a batch row
 FIT_DECAY = 0.8  # per step: how fast the pooled hits/predicted ratio forgets
 FIT_PRIOR = 3.0  # predicted hits' worth of trust in the calibration before any evidence
 MATCH_BUCKETS = (3, 4, 6, 10)  # edges of the matched length (lookup match + depth - 1)
@@ -111,7 +113,8 @@ class HistoryDrafter:
         self.branches = max(1, branches)
         self._shadow: _Shadow | None = None
         self.lookup_seconds = 0.0  # running mean of one plan's cost, charged to drafting
-        self._rates: np.ndarray | None = None  # calibrated rate per (bucket, bin), cached
+        self._rates: np.ndarray | None = None  # calibrated rate per (bucket, class), cached
+        self._stale: set[tuple[int, int]] = set()  # entries of _rates observed since
         # Hits and predicted hits of recently scored candidates (decaying): how far this
         # text departs from the calibration, pooled over every kind of node.
         self._hits = self._predicted = 0.0
@@ -126,6 +129,10 @@ class HistoryDrafter:
             self._rates = np.array([[self.models(self.key(b, s)).rate(1)
                                      for s in range(len(HISTORY_PRIORS[0]))]
                                     for b in range(len(HISTORY_PRIORS))])
+            self._stale.clear()
+        for b, s in self._stale:
+            self._rates[b, s] = self.models(self.key(b, s)).rate(1)
+        self._stale.clear()
         return self._rates
 
     def plan(self, context: Sequence[int], limit: int, costs: CostTable,
@@ -160,17 +167,30 @@ class HistoryDrafter:
             kids = np.flatnonzero(tree.parent == node)
             if not len(kids):
                 return
-            self._rates = None
             hit = -1
             for c in kids:
                 ok = int(tree.tokens[c]) == token
-                self.models(self.key(shadow.bucket[c], shadow.support[c])).observe(1, int(ok))
+                key = (int(shadow.bucket[c]), int(shadow.support[c]))
+                self.models(self.key(*key)).observe(1, int(ok))
+                self._stale.add(key)
                 self._hits += ok
                 self._predicted += float(shadow.predicted[c])
                 hit = int(c) if ok else hit
             if hit < 0:
                 return
             node = hit
+
+    def _variable(self, m: Matches, candidates: np.ndarray) -> np.ndarray:
+        """Which of `candidates` (occurrences in the store) are followed by two tokens their
+        earlier answer had copied from its own request, and this request does not hold: a
+        value (a name, an id) that this answer will copy from its own request instead, so
+        they do not vote on what comes next here (docs/drafting.md has the numbers)."""
+        out = np.zeros(len(m), dtype=bool)
+        idx = np.flatnonzero(candidates)
+        idx = idx[[not self.context.has_pair(a, b) for a, b in m.following[idx, :2].tolist()]]
+        if len(idx):
+            out[idx] = self.index.copied(m.segment[idx], m.position[idx], m.following[idx])
+        return out
 
     def _candidates(self, context: Sequence[int]) -> tuple[_Shadow, np.ndarray] | None:
         """The trie of continuations with each node's calibration key, and the calibrated
@@ -183,25 +203,21 @@ class HistoryDrafter:
             if m is not None]
         if not found:
             return None
-        length = np.concatenate([m.length for m, _ in found])
-        stored = np.concatenate([np.full(len(m), flag) for m, flag in found])
-        text = np.concatenate([m.text for m, _ in found])
-        rows = np.concatenate([m.following for m, _ in found])
-        # Copied by the earlier answer from its own request, and not in this one: a value
-        # (a name, an id) that this answer will copy from its own request instead, so it
-        # does not vote on what comes next here (docs/drafting.md has the numbers).
-        variable = np.concatenate([m.copied for m, _ in found]) & np.array(
-            [not self.context.has_pair(a, b) for a, b in rows[:, :2]], dtype=bool)
+        m = Matches(*(np.concatenate([getattr(f, name.name) for f, _ in found])
+                      for name in fields(Matches)))
+        stored = m.segment >= 0
         # The longest matches speak for the context; shorter ones only when nothing longer
         # was found (a suffix tree's deepest node, with its counts). Copies of one text
         # count once (the most recent).
-        best = int(length.max())
-        chosen = (length >= min(best, max(self.index.k, best - 2))) & ~variable
+        best = int(m.length.max())
+        chosen = m.length >= min(best, max(self.index.k, best - 2))
+        first = np.zeros(len(m), dtype=bool)
+        first[np.unique(m.text, return_index=True)[1]] = True
+        chosen &= first
+        chosen &= ~self._variable(m, chosen & stored)
         if not chosen.any():
             return None
-        _, first = np.unique(text, return_index=True)
-        chosen &= np.isin(np.arange(len(text)), first)
-        rows = rows[chosen]
+        rows = m.following[chosen]
         weights = RECENCY ** np.arange(len(rows), dtype=np.float64)
         tree = continuation_tree(rows, weights, (stored[chosen],))
         if not len(tree):
@@ -221,11 +237,13 @@ def _reach(tree: CandidateTree, rates: np.ndarray) -> tuple[np.ndarray, np.ndarr
     mass = np.bincount(tree.parent + 1, weights=rates, minlength=len(tree) + 1)
     scale = np.minimum(1.0, SIBLING_MASS / np.maximum(mass[tree.parent + 1], 1e-12))
     cond = rates * scale
+    # Along each occurrence's path the product of the nodes' rates: every node is on some
+    # occurrence's path, and all paths through a node agree on its ancestors.
+    ids = tree.paths
+    on = ids >= 0
+    products = np.cumprod(np.where(on, cond[np.maximum(ids, 0)], 1.0), axis=1)
     reach = np.empty(len(tree))
-    for d in range(1, int(tree.depth.max()) + 1):  # parents have smaller depths
-        at = np.flatnonzero(tree.depth == d)
-        par = tree.parent[at]
-        reach[at] = cond[at] * np.where(par >= 0, reach[np.maximum(par, 0)], 1.0)
+    reach[ids[on]] = products[on]
     return cond, reach
 
 
@@ -233,7 +251,8 @@ def _best_subtree(tree: CandidateTree, reach: np.ndarray, costs: CostTable,
                   overhead: float, limit: int, branches: int) -> Plan | None:
     """Nodes in order of reach, within `limit` depth and `branches` leaves, for as long as
     expected tokens per second keep the best value seen; None when a plain step is best."""
-    order = np.lexsort((tree.depth, -reach))[: MAX_NODES * 4]
+    order = np.lexsort((tree.depth, -reach))[: MAX_NODES * 2]
+    order = order[reach[order] >= MIN_REACH]
     plain = 1.0 / (costs.cost(1) + overhead)
     taken: list[int] = []
     chosen: set[int] = set()

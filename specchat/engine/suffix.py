@@ -21,7 +21,7 @@ length, and token ids the model does not have end a continuation.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from itertools import pairwise
 
 import numpy as np
@@ -45,9 +45,25 @@ def kgram_keys(tokens: np.ndarray, k: int = KEY_LEN) -> np.ndarray:
 
 
 def row_keys(rows: np.ndarray) -> np.ndarray:
-    """A hash of each row of a 2-D array of token ids (-1 allowed)."""
+    """A hash of each row of a 2-D array of token ids (-1 allowed): a sum of the tokens
+    times odd random weights, mod 2^64, then mixed. Cheap for a few dozen rows; only
+    equal rows are ever compared, so collisions just cost a little evidence."""
     m = np.asarray(rows).astype(np.uint64)
-    return _hash([m[:, j] for j in range(m.shape[1])], m.shape[0])
+    weights = _row_weights(m.shape[1])
+    with np.errstate(over="ignore"):
+        h = (m * weights[None, :]).sum(axis=1, dtype=np.uint64)
+    return _finish(h)
+
+
+_WEIGHTS: dict[int, np.ndarray] = {}
+
+
+def _row_weights(n: int) -> np.ndarray:
+    if n not in _WEIGHTS:
+        rng = np.random.default_rng(0x5EED)
+        _WEIGHTS[n] = rng.integers(0, 2**63, size=n, dtype=np.uint64) * np.uint64(2) + \
+            np.uint64(1)
+    return _WEIGHTS[n]
 
 
 def _hash(columns: list[np.ndarray], n: int) -> np.ndarray:
@@ -56,9 +72,13 @@ def _hash(columns: list[np.ndarray], n: int) -> np.ndarray:
         for col in columns:
             h = (h ^ col) * _M2
             h ^= h >> np.uint64(31)
+    return _finish(h)
+
+
+def _finish(h: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
         h = (h ^ (h >> np.uint64(29))) * _M3
-        h ^= h >> np.uint64(32)
-    return h
+        return h ^ (h >> np.uint64(32))
 
 
 def build_index(tokens: np.ndarray, k: int = KEY_LEN) -> tuple[np.ndarray, np.ndarray]:
@@ -112,10 +132,10 @@ class Matches:
     # equal for copies of one text (a schema pasted into every request), which are one
     # piece of evidence, not several.
     text: np.ndarray
-    # bool (c,): the first two tokens that followed appear earlier in the occurrence's own
-    # record: the earlier answer copied them from its request (a name, an id), so this
-    # request will copy something of its own there.
-    copied: np.ndarray
+    # int64 (c,): where each occurrence is: the index of its segment (-1: the context) and
+    # its position there (SuffixIndex.copied asks more of it).
+    segment: np.ndarray
+    position: np.ndarray
 
     def __len__(self) -> int:
         return len(self.length)
@@ -146,24 +166,50 @@ class SuffixIndex:
             return None
         tail = np.asarray(context[-MAX_MATCH:], dtype=np.int64)
         key = kgram_keys(tail[-k:], k)[0]
-        parts: list[Matches] = []
+        # [key, key + 1) in one binary search per segment (the last hash has no successor)
+        bounds = np.array([key, key + np.uint64(1)], dtype=np.uint64) \
+            if key < np.iinfo(np.uint64).max else None
+        back: list[np.ndarray] = []
+        ahead: list[np.ndarray] = []
+        where: list[tuple[int, np.ndarray]] = []
         left = max_occurrences
-        for seg in reversed(self.segments):
-            hi = int(np.searchsorted(seg.keys, key, side="right"))
-            lo = max(int(np.searchsorted(seg.keys, key, side="left")), hi - left)
+        for at in range(len(self.segments) - 1, -1, -1):
+            seg = self.segments[at]
+            if bounds is not None:
+                lo, hi = (int(i) for i in seg.keys.searchsorted(bounds))
+            else:
+                lo, hi = int(seg.keys.searchsorted(key)), len(seg.keys)
+            lo = max(lo, hi - left)
             if hi <= lo:
                 continue
             pos = seg.positions[lo:hi][::-1].astype(np.int64)  # most recent first
             pos = pos[(pos >= k - 1) & (pos + 1 < len(seg.tokens))]  # hostile bytes
-            found = _occurrences(seg.tokens, pos, tail, depth, self.n_vocab, copies=True)
-            keep = found.length >= k  # a hash collision matches nothing
-            if keep.any():
-                parts.append(Matches(found.length[keep], found.following[keep],
-                                     found.text[keep], found.copied[keep]))
+            back.append(_window(seg.tokens, pos[:, None] - np.arange(MAX_MATCH)[None, :]))
+            ahead.append(_window(seg.tokens, pos[:, None] + 1 + np.arange(depth)[None, :]))
+            where.append((at, pos))
             left -= len(pos)
             if left <= 0:
                 break
-        return _joined(parts)
+        if not where:
+            return None
+        found = _measured(np.concatenate(back), np.concatenate(ahead), tail, self.n_vocab,
+                          np.concatenate([np.full(len(p), at) for at, p in where]),
+                          np.concatenate([p for _, p in where]))
+        keep = found.length >= k  # a hash collision matches nothing
+        return Matches(*(getattr(found, f.name)[keep] for f in fields(found))) \
+            if keep.any() else None
+
+    def copied(self, segment: np.ndarray, position: np.ndarray, following: np.ndarray
+               ) -> np.ndarray:
+        """For occurrences in the store: whether the first two tokens that followed each
+        appear within COPY_WINDOW tokens before it in its own record. The earlier answer
+        copied them from its request (a name, an id), so this request will copy something
+        of its own there."""
+        out = np.zeros(len(segment), dtype=bool)
+        for s in np.unique(segment):
+            rows = np.flatnonzero(segment == s)
+            out[rows] = _copied(self.segments[int(s)].tokens, position[rows], following[rows])
+        return out
 
 
 class ContextIndex:
@@ -206,44 +252,42 @@ class ContextIndex:
             return None
         pos = np.asarray(found[-max_occurrences:][::-1], dtype=np.int64)
         tokens = self._buf[:n]
-        return _occurrences(tokens, pos, tokens[-MAX_MATCH:], depth, self.n_vocab)
+        return _occurrences(tokens, pos, tokens[-MAX_MATCH:], depth, self.n_vocab, -1)
 
     def has_pair(self, first: int, second: int) -> bool:
         """Whether these two tokens occur next to each other in the context."""
         return (int(first), int(second)) in self._pairs
 
 
-def _joined(parts: list[Matches]) -> Matches | None:
-    if not parts:
-        return None
-    return Matches(np.concatenate([p.length for p in parts]),
-                   np.concatenate([p.following for p in parts]),
-                   np.concatenate([p.text for p in parts]),
-                   np.concatenate([p.copied for p in parts]))
-
-
 def _occurrences(tokens: np.ndarray, pos: np.ndarray, tail: np.ndarray, depth: int,
-                 n_vocab: int, copies: bool = False) -> Matches:
-    """Match length, continuation, text hash and (with `copies`) whether the continuation
-    was copied, of each position (see Matches)."""
+                 n_vocab: int, segment: int) -> Matches:
+    """Match length, continuation and text hash of each position (see Matches)."""
     back = _window(tokens, pos[:, None] - np.arange(MAX_MATCH)[None, :])
+    ahead = _window(tokens, pos[:, None] + 1 + np.arange(depth)[None, :])
+    return _measured(back, ahead, tail, n_vocab, np.full(len(pos), segment), pos)
+
+
+def _measured(back: np.ndarray, ahead: np.ndarray, tail: np.ndarray, n_vocab: int,
+              segment: np.ndarray, pos: np.ndarray) -> Matches:
+    """Matches from the MAX_MATCH tokens up to each occurrence (newest first) and the
+    tokens after it: the match length against `tail`, continuations cut at the first SEP
+    or unknown id, and the text hash."""
     back[np.logical_or.accumulate(back == SEP, axis=1)] = -1  # nothing before the record
     same = (back == tail[::-1][None, :]) if len(tail) == MAX_MATCH else \
         np.concatenate([back[:, :len(tail)] == tail[::-1][None, :],
                         np.zeros((len(pos), MAX_MATCH - len(tail)), dtype=bool)], axis=1)
     length = np.logical_and.accumulate(same, axis=1).sum(axis=1)
-    ahead = _window(tokens, pos[:, None] + 1 + np.arange(depth)[None, :])
     bad = np.logical_or.accumulate((ahead < 0) | (ahead >= n_vocab), axis=1)
     ahead[bad] = -1
     text = row_keys(np.concatenate([back, ahead], axis=1))
-    copied = _copied(tokens, pos, ahead) if copies and depth >= 2 else \
-        np.zeros(len(pos), dtype=bool)
-    return Matches(length, ahead, text.view(np.int64), copied)
+    return Matches(length, ahead, text.view(np.int64), segment, pos)
 
 
 def _copied(tokens: np.ndarray, pos: np.ndarray, ahead: np.ndarray) -> np.ndarray:
     """Whether ahead[:, :2] occurs within COPY_WINDOW tokens before each position, in the
     same record (no SEP in between)."""
+    if ahead.shape[1] < 2:
+        return np.zeros(len(pos), dtype=bool)
     win = _window(tokens, pos[:, None] - np.arange(COPY_WINDOW, 0, -1)[None, :])
     inside = ~np.logical_or.accumulate(((win < 0) | (win == SEP))[:, ::-1], axis=1)[:, ::-1]
     pair = (win[:, :-1] == ahead[:, :1]) & (win[:, 1:] == ahead[:, 1:2]) & inside[:, :-1]
@@ -252,9 +296,8 @@ def _copied(tokens: np.ndarray, pos: np.ndarray, ahead: np.ndarray) -> np.ndarra
 
 def _window(tokens: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """tokens[idx] as int64, -1 where idx falls outside the array (SEP stays as it is)."""
-    inside = (idx >= 0) & (idx < len(tokens))
-    out = tokens[np.clip(idx, 0, max(len(tokens) - 1, 0))].astype(np.int64)
-    out[~inside] = -1
+    out = tokens.take(idx, mode="clip").astype(np.int64)
+    out[(idx < 0) | (idx >= len(tokens))] = -1
     return out
 
 
@@ -274,6 +317,9 @@ class CandidateTree:
     total: float
     # int64 (n,) per mark: of those occurrences, how many the mark flags (from the store...)
     marked: tuple[np.ndarray, ...] = ()
+    # int64 (rows, depth): the node each occurrence's continuation reaches at each depth
+    # (-1 past its end), rows in the order they were given: paths for products along them.
+    paths: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -316,4 +362,7 @@ def continuation_tree(following: np.ndarray, weights: np.ndarray,
     marked = tuple(np.bincount(flat, weights=np.broadcast_to(
         np.asarray(m, bool)[order][:, None], rows.shape)[valid], minlength=n).astype(np.int64)
         for m in marks)
-    return CandidateTree(tokens, parent, node_depth, weight, count, float(w.sum()), marked)
+    paths = np.empty_like(ids)
+    paths[order] = ids
+    return CandidateTree(tokens, parent, node_depth, weight, count, float(w.sum()), marked,
+                         paths)
