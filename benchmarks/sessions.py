@@ -35,6 +35,7 @@ from specchat.engine.auto import AutoState
 from specchat.engine.cost import CostTable
 from specchat.engine.drafters import Draft, PromptLookupDrafter
 from specchat.engine.events import Finished
+from specchat.engine.history import MATCH_BUCKETS, HistoryDrafter
 from specchat.engine.loop import Hooks, _Run, generate
 from specchat.engine.options import GenerationOptions
 from specchat.engine.protocol import common_prefix
@@ -209,6 +210,41 @@ def replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def lookups(args: argparse.Namespace) -> int:
+    """How often a candidate the store proposes first is the target's next token, by the
+    kind the history drafter calibrates it as (match length bucket x support class), from
+    each session's second request on."""
+    tally: dict[tuple[int, int], list[int]] = {}
+    for data in args.data.split(","):
+        sessions, vocab = _remap(json.loads(Path(data).read_text()))
+        for s in sessions:
+            segments: list[Segment] = []
+            for i, r in enumerate(s["requests"]):
+                answer = r["answer"][: args.max_tokens]
+                drafter = HistoryDrafter(SuffixIndex(list(segments), vocab),
+                                         AutoState().model)
+                context = list(r["prompt"])
+                for token in answer if i else ():
+                    drafter.plan(context, 16, CostTable.from_ratios(1.0, [1.0] * 17))
+                    found = drafter.last_candidates
+                    if found is not None:
+                        tree, bucket, support = found
+                        for c in np.flatnonzero(tree.parent == -1):
+                            cell = tally.setdefault((int(bucket[c]), int(support[c])), [0, 0])
+                            cell[0] += 1
+                            cell[1] += int(tree.tokens[c]) == token
+                    context.append(token)
+                segments.append(Segment.of_records([r["prompt"][r["cut"]:] + r["answer"]]))
+    names = ("contested, 1", "contested, 2+", "sole, 1", "sole, 2", "sole, 3+")
+    print("match length  support (occurrences)  candidates  right")
+    for (bucket, support), (n, right) in sorted(tally.items()):
+        edges = (2, *MATCH_BUCKETS, None)
+        span = f"{edges[bucket]}-{edges[bucket + 1] - 1}" if edges[bucket + 1] else \
+            f"{edges[bucket]}+"
+        print(f"{span:12}  {names[support]:22} {n:10}  {right / n:5.0%}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -223,8 +259,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--table", default="cpu")
     r.add_argument("-n", "--max-tokens", type=int, default=128)
     r.add_argument("--modes", default="nohistory,chains,auto")
+    lk = sub.add_parser("lookups")
+    lk.add_argument("data")
+    lk.add_argument("-n", "--max-tokens", type=int, default=128)
     args = ap.parse_args(argv)
-    return {"collect": collect, "replay": replay}[args.cmd](args)
+    return {"collect": collect, "replay": replay, "lookups": lookups}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -152,6 +152,14 @@ class HistoryDrafter:
         self.lookup_seconds += 0.1 * ((clock() - start) - self.lookup_seconds)
         return plan
 
+    @property
+    def last_candidates(self) -> tuple[CandidateTree, np.ndarray, np.ndarray] | None:
+        """The last lookup's trie with each node's length bucket and support class (for
+        statistics: benchmarks/sessions.py lookups); None before a lookup or after it was
+        scored."""
+        s = self._shadow
+        return None if s is None else (s.tree, s.bucket, s.support)
+
     def observe(self, context: Sequence[int]) -> None:
         """Score the last lookup's candidates against the tokens committed since: each child
         of a node the target reached is one trial for its kind, a hit when it is the token
