@@ -95,27 +95,30 @@ def time_it(args: argparse.Namespace) -> int:
     print(f"vocabulary key: {(time.perf_counter() - t0) * 1000:.2f} ms (in-memory pieces; "
           "llama.cpp's token_to_piece adds about 1 us per piece)")
     index = DraftStore(Path(args.dir), VOCAB, 1 << 40).index(N_VOCAB)
-    state = AutoState()
-    drafter = HistoryDrafter(index, state.model, branches=8)
     costs = CostTable.from_ratios(0.04, CPU_RATIOS)
-    walls: list[float] = []
-    cpus: list[float] = []
-    for record in _answers(args.data)[: args.requests]:
-        prompt, answer = record
-        context = list(prompt)
-        for token in answer:
-            t, c = time.perf_counter(), time.process_time()
-            drafter.plan(context, 16, costs)
-            walls.append(time.perf_counter() - t)
-            cpus.append(time.process_time() - c)
-            context.append(token)
-            if len(walls) >= args.steps:
-                break
+    rounds = []
+    for _ in range(args.rounds):  # the fastest round is the least disturbed by other work
+        drafter = HistoryDrafter(index, AutoState().model, branches=8)
+        walls: list[float] = []
+        cpus: list[float] = []
+        for prompt, answer in _answers(args.data)[: args.requests]:
+            context = list(prompt)
+            for token in answer:
+                t, c = time.perf_counter(), time.process_time()
+                drafter.plan(context, 16, costs)
+                walls.append(time.perf_counter() - t)
+                cpus.append(time.process_time() - c)
+                context.append(token)
+                if len(walls) >= args.steps:
+                    break
+        rounds.append((statistics.fmean(cpus), walls, cpus))
+    _, walls, cpus = min(rounds, key=lambda r: r[0])
     for name, times in (("wall", walls), ("cpu", cpus)):
         times.sort()
-        print(f"plan per step, {name} time, over {len(times)} steps: median "
-              f"{statistics.median(times) * 1e3:.3f} ms, mean {statistics.fmean(times) * 1e3:.3f}"
-              f" ms, p95 {times[int(len(times) * 0.95)] * 1e3:.3f} ms")
+        print(f"plan per step, {name} time, fastest of {args.rounds} rounds of {len(times)} "
+              f"steps: median {statistics.median(times) * 1e3:.3f} ms, mean "
+              f"{statistics.fmean(times) * 1e3:.3f} ms, p95 "
+              f"{times[int(len(times) * 0.95)] * 1e3:.3f} ms")
     return 0
 
 
@@ -137,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--steps", type=int, default=2000)
     t.add_argument("--requests", type=int, default=100)
     t.add_argument("--repeats", type=int, default=7)
+    t.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
     return {"fill": fill, "time": time_it}[args.cmd](args)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -62,8 +62,11 @@ HISTORY_PRIORS = (
 )
 
 
+_BUCKET_EDGES = np.asarray(MATCH_BUCKETS)
+
+
 def length_bucket(length: np.ndarray) -> np.ndarray:
-    return np.searchsorted(np.asarray(MATCH_BUCKETS), length, side="right")
+    return np.searchsorted(_BUCKET_EDGES, length, side="right")
 
 
 def support_class(tree: CandidateTree) -> np.ndarray:
@@ -211,8 +214,7 @@ class HistoryDrafter:
             if m is not None]
         if not found:
             return None
-        m = Matches(*(np.concatenate([getattr(f, name.name) for f, _ in found])
-                      for name in fields(Matches)))
+        m = Matches.joined([f for f, _ in found])
         stored = m.segment >= 0
         # The longest matches speak for the context; shorter ones only when nothing longer
         # was found (a suffix tree's deepest node, with its counts). Copies of one text
@@ -259,7 +261,7 @@ def _best_subtree(tree: CandidateTree, reach: np.ndarray, costs: CostTable,
                   overhead: float, limit: int, branches: int) -> Plan | None:
     """Nodes in order of reach, within `limit` depth and `branches` leaves, for as long as
     expected tokens per second keep the best value seen; None when a plain step is best."""
-    order = np.lexsort((tree.depth, -reach))[: MAX_NODES * 2]
+    order = np.lexsort((tree.depth, -reach))[: MAX_NODES + 16]
     order = order[reach[order] >= MIN_REACH]
     plain = 1.0 / (costs.cost(1) + overhead)
     taken: list[int] = []

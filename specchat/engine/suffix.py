@@ -140,6 +140,17 @@ class Matches:
     def __len__(self) -> int:
         return len(self.length)
 
+    def select(self, rows: np.ndarray) -> Matches:
+        return Matches(self.length[rows], self.following[rows], self.text[rows],
+                       self.segment[rows], self.position[rows])
+
+    @staticmethod
+    def joined(parts: Sequence[Matches]) -> Matches:
+        if len(parts) == 1:
+            return parts[0]
+        return Matches(*(np.concatenate([getattr(p, f.name) for p in parts])
+                         for f in fields(Matches)))
+
 
 class SuffixIndex:
     """Lookups over a store's segments, oldest first (later segments are more recent)."""
@@ -169,9 +180,9 @@ class SuffixIndex:
         # [key, key + 1) in one binary search per segment (the last hash has no successor)
         bounds = np.array([key, key + np.uint64(1)], dtype=np.uint64) \
             if key < np.iinfo(np.uint64).max else None
-        back: list[np.ndarray] = []
-        ahead: list[np.ndarray] = []
+        windows: list[np.ndarray] = []  # MAX_MATCH tokens up to each occurrence, then `depth`
         where: list[tuple[int, np.ndarray]] = []
+        offsets = np.arange(-MAX_MATCH + 1, depth + 1)[None, :]
         left = max_occurrences
         for at in range(len(self.segments) - 1, -1, -1):
             seg = self.segments[at]
@@ -184,20 +195,19 @@ class SuffixIndex:
                 continue
             pos = seg.positions[lo:hi][::-1].astype(np.int64)  # most recent first
             pos = pos[(pos >= k - 1) & (pos + 1 < len(seg.tokens))]  # hostile bytes
-            back.append(_window(seg.tokens, pos[:, None] - np.arange(MAX_MATCH)[None, :]))
-            ahead.append(_window(seg.tokens, pos[:, None] + 1 + np.arange(depth)[None, :]))
+            windows.append(_window(seg.tokens, pos[:, None] + offsets))
             where.append((at, pos))
             left -= len(pos)
             if left <= 0:
                 break
         if not where:
             return None
-        found = _measured(np.concatenate(back), np.concatenate(ahead), tail, self.n_vocab,
+        both = np.concatenate(windows)
+        found = _measured(both[:, MAX_MATCH - 1::-1], both[:, MAX_MATCH:], tail, self.n_vocab,
                           np.concatenate([np.full(len(p), at) for at, p in where]),
                           np.concatenate([p for _, p in where]))
         keep = found.length >= k  # a hash collision matches nothing
-        return Matches(*(getattr(found, f.name)[keep] for f in fields(found))) \
-            if keep.any() else None
+        return found.select(keep) if keep.any() else None
 
     def copied(self, segment: np.ndarray, position: np.ndarray, following: np.ndarray
                ) -> np.ndarray:

@@ -34,7 +34,7 @@ from specchat.llm.lib import (
     open_model,
     read_metadata,
 )
-from specchat.llm.seqtree import TREE_SEQUENCES, TreeBatches, sequence_zero
+from specchat.llm.seqtree import TREE_SEQUENCES, TreeBatches, sequence_zero, sequences_for
 from specchat.llm.vocab import VocabInfo
 
 
@@ -85,7 +85,8 @@ def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
     params.n_batch = params.n_ubatch = n_batch  # one llama_decode call = one ubatch
     # Trees of candidates use a sequence per leaf (seqtree.py); one unified cache serves them
     # all, so n_ctx is not split between sequences and shared cells are stored once.
-    params.n_seq_max = TREE_SEQUENCES
+    # llama.cpp reserves an output row per sequence: never more sequences than batch rows.
+    params.n_seq_max = sequences_for(n_batch)
     params.kv_unified = True
     params.n_threads = params.n_threads_batch = n_threads
     params.no_perf = True

@@ -60,7 +60,7 @@ class TreeBatches:
 
     @property
     def max_branches(self) -> int:
-        return TREE_SEQUENCES
+        return sequences_for(self._n_batch)
 
     def eval_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
         """One batch of a tree: row 0 appended after `tokens`, every other row one position
@@ -74,8 +74,8 @@ class TreeBatches:
             raise ValueError(f"a tree of {n} rows does not fit one batch of {self._n_batch}")
         depth, seqs = tree_layout(parents)
         n_seqs = max(s for row in seqs for s in row) + 1
-        if n_seqs > TREE_SEQUENCES:
-            raise ValueError(f"a tree with {n_seqs} leaves (at most {TREE_SEQUENCES})")
+        if n_seqs > self.max_branches:
+            raise ValueError(f"a tree with {n_seqs} leaves (at most {self.max_branches})")
         ids = np.asarray(tokens, dtype=np.int64)
         if ids.min() < 0 or ids.max() >= self._n_vocab:
             raise ValueError(f"token ids must be in [0, {self._n_vocab}) for {self.path.name}")
@@ -143,6 +143,12 @@ class TreeBatches:
         for seq in range(1, tree.n_seqs):
             llama_cpp.llama_memory_seq_rm(self._mem, seq, -1, -1)
         del self._tokens[cut:]
+
+
+def sequences_for(n_batch: int) -> int:
+    """Sequences a context with batches of n_batch rows gets (llama.cpp reserves an output
+    row per sequence)."""
+    return max(1, min(TREE_SEQUENCES, n_batch))
 
 
 def sequence_zero(batch: Any, n: int) -> None:
