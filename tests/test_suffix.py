@@ -140,3 +140,29 @@ def test_continuation_tree_is_the_trie_of_the_rows_with_weights_and_counts() -> 
                      (5, 9): (0.25, 1, 0, 2), (5, 6, 7): (1.0, 1, 1, 3)}
     assert tree.total == 3.75
     assert SEP > 2**31  # SEP is beyond every vocabulary
+
+
+def test_a_lookup_reads_as_many_tokens_in_a_huge_store_as_in_a_small_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What keeps a step's lookup cheap on a full store: one binary search per segment and
+    windows around at most max_occurrences occurrences, whatever the store holds."""
+    from specchat.engine import suffix
+
+    read: list[int] = []
+    real = suffix._window
+
+    def counting(tokens: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        read.append(idx.size)
+        return real(tokens, idx)
+
+    monkeypatch.setattr(suffix, "_window", counting)
+    rng = np.random.default_rng(0)
+
+    def touched(records: int) -> int:
+        recs = [[*map(int, rng.integers(0, 50, 200)), 1, 2, 3] for _ in range(records)]
+        index = SuffixIndex([Segment.of_records(recs[i::4]) for i in range(4)], n_vocab=60)
+        read.clear()
+        assert index.lookup([9, 1, 2], max_occurrences=24, depth=16) is not None
+        return sum(read)
+
+    assert touched(50) == touched(5000) == 24 * (MAX_MATCH + 16)
