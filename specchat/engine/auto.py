@@ -129,7 +129,12 @@ class AutoState:
         rates = {
             _key_name(key): [round(m.rate(i), 3) for i in range(1, 5)]
             for key, m in sorted(self.models.items(), key=lambda kv: _key_name(kv[0]))
+            if not _is_history(key)
         }
+        # One conditional rate per kind of history candidate, for the kinds seen so far.
+        history = {_key_name(key): round(m.rate(1), 3)
+                   for key, m in sorted(self.models.items(), key=lambda kv: _key_name(kv[0]))
+                   if _is_history(key) and m.trials[0] > 0}
         return {
             "verify_cost_ratios": [round(r, 2) for r in self.target_costs.ratios()],
             "step_seconds": self.target_costs.cost(1),
@@ -137,6 +142,7 @@ class AutoState:
                                  if self.draft_costs else None),
             "overhead_seconds": self.overhead,
             "acceptance_estimates": rates,
+            "history_estimates": history,
             "decisions": dict(self.decisions),
             "last_choice": {"drafter": self.last.drafter, "k": self.last.k,
                             "expected_speedup": round(self.last.expected_speedup, 3)},
@@ -170,6 +176,10 @@ def _counts(counts: object, name: str) -> list[float] | None:
                for v in values):
         return None
     return [float(v) for v in values]
+
+
+def _is_history(key: Hashable) -> bool:
+    return isinstance(key, tuple) and bool(key) and key[0] == "history"
 
 
 def _key_name(key: Hashable) -> str:

@@ -51,6 +51,10 @@ def auto_lines(state: AutoState, draft_loaded: bool) -> list[str]:
     for key, rates in info["acceptance_estimates"].items():
         shown = " ".join(f"{r:.0%}" for r in rates)
         lines.append(f"auto: est. acceptance {key}, positions 1-4: {shown}")
+    if info.get("history_estimates"):
+        shown = ", ".join(f"{k.removeprefix('history/')} {r:.0%}"
+                          for k, r in info["history_estimates"].items())
+        lines.append(f"auto: est. acceptance of earlier answers' continuations: {shown}")
     last = info["last_choice"]
     lines.append(f"auto: last choice {last['drafter'] or 'plain'} k={last['k']} "
                  f"(expected {last['expected_speedup']:.2f}x)")
