@@ -43,7 +43,7 @@ def test_sessions_come_whole_or_request_by_request() -> None:
 
 
 @pytest.mark.parametrize("line, says", [
-    ("[1]", "JSON object"), ('{"requests": ["a"]}', "session"),
+    ("[1]", "JSON object"), ('{"requests": ["a"]}', "Spec-Bench"),
     ('{"session": "a"}', "requests"), ('{"session": "a", "requests": []}', "non-empty"),
     ('{"session": "a", "requests": ["x"], "system": 3}', "system"), ("{oops", "invalid JSON"),
 ])

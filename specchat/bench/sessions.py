@@ -71,6 +71,10 @@ def parse_sessions(text: str, source: str) -> list[Session]:
             raise UsageError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
         if not isinstance(record, dict):
             raise UsageError(f"{where}: expected a JSON object with session and requests")
+        if "session" not in record:
+            raise UsageError(f'{where}: no "session": a session file has lines like '
+                             '{"session": "sql", "requests": ["...", "..."]} (a Spec-Bench '
+                             "file goes without --sessions)")
         name = _text(record, "session", where)
         session = found.setdefault(name, Session(name, _category(record, name, where),
                                                  _system(record, where)))
