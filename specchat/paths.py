@@ -90,6 +90,13 @@ def conversations_dir() -> Path:
     return state_dir() / "conversations"
 
 
+def draft_store_dir() -> Path:
+    """Earlier prompts and answers `auto` drafts from (they hold the user's words, so they
+    live with the conversations): $SPECCHAT_DRAFT_STORE_DIR, else <state>/drafts."""
+    return user_path("state", "drafts", home_name="state/drafts",
+                     override="SPECCHAT_DRAFT_STORE_DIR")
+
+
 def input_history_file() -> Path:
     """Where the chat keeps its input history (the Up-arrow and Ctrl-R lines)."""
     return state_dir() / "history"

@@ -130,3 +130,59 @@ class FakeModel:
             cached.setflags(write=False)  # shared by every caller: keep it immutable
             self._memo[key] = cached
         return cached
+
+
+class FakeTreeModel(FakeModel):
+    """A FakeModel that also verifies trees of drafts (engine.protocol.TreeModel): row i's
+    logits are those after the cached tokens plus the path to row i."""
+
+    def __init__(self, *args: object, branches: int = 8, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.branches = branches
+        self._pending: tuple[list[int], list[int]] | None = None
+        self.tree_calls: list[int] = []  # rows per tree batch, in order
+
+    @property
+    def max_branches(self) -> int:
+        return self.branches
+
+    def eval_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        self._pending = None
+        if len(self._tokens) + len(tokens) > self._n_ctx:
+            raise ContextFullError(len(self._tokens) + len(tokens), self._n_ctx)
+        leaves = len(tokens) - len({p for p in parents if p >= 0})
+        if leaves > self.branches:
+            raise ValueError(f"{leaves} leaves, at most {self.branches}")
+        out = np.empty((len(tokens), self._n_vocab), dtype=np.float32)
+        for i in range(len(tokens)):
+            path, node = [], i
+            while node >= 0:
+                path.append(int(tokens[node]))
+                node = parents[node]
+            out[i] = self._logits([*self._tokens, *reversed(path)])
+        self._tokens.append(int(tokens[0]))
+        self._pending = ([int(t) for t in tokens], list(parents))
+        self.evaluated += len(tokens)
+        self.eval_calls.append(len(tokens))
+        self.tree_calls.append(len(tokens))
+        return out
+
+    def keep_path(self, rows: Sequence[int]) -> None:
+        if self._pending is None:
+            raise ValueError("keep_path without a tree")
+        tokens, parents = self._pending
+        prev = 0
+        for r in rows:
+            if parents[r] != prev:
+                raise ValueError(f"rows {list(rows)} are not a path from the root")
+            prev = r
+        self._pending = None
+        self._tokens.extend(tokens[r] for r in rows)
+
+    def eval(self, tokens: Sequence[int], logit_rows: Sequence[int]) -> np.ndarray:
+        self._pending = None
+        return super().eval(tokens, logit_rows)
+
+    def truncate(self, n: int) -> None:
+        self._pending = None
+        super().truncate(n)

@@ -188,3 +188,22 @@ def test_terminal_session_under_tmux(tmp_path: Path) -> None:
     assert [t.user for t in turns] == ["earlier question", "hello there"]
     assert turns[1].interrupted
 
+
+
+def test_private_chat_writes_nothing(home, capsys, monkeypatch) -> None:  # type: ignore
+    from specchat.backend.draftstore import DraftStore
+
+    def open_with_store(settings: Any) -> Any:
+        home["settings"] = settings
+        runtime = f.runtime()
+        runtime.drafts = DraftStore(home["tmp"] / "drafts", "v" * 16, 1 << 20,
+                                    writable=not settings.private)
+        return runtime
+
+    monkeypatch.setattr(chat_cmd, "open_runtime", open_with_store)
+    code, out, _ = run(["chat", "-n", "12", "--private"], b"hello\n", capsys, monkeypatch)
+    assert code == 0 and out.strip() and home["settings"].private
+    assert not any(p.is_file() for p in home["tmp"].rglob("*"))  # no file at all
+    code, _, _ = run(["chat", "-n", "12"], b"hello\n", capsys, monkeypatch)
+    kept = DraftStore(home["tmp"] / "drafts", "v" * 16, 1 << 20).usage()
+    assert code == 0 and conversation_files() and kept[2] == 1  # not private: both kept

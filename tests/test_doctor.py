@@ -74,3 +74,19 @@ def test_install_script_dry_run() -> None:
         assert flag in run(profile, "-n").stdout
     unknown = run("rocm")
     assert unknown.returncode == 2 and "profiles: cpu cuda metal vulkan" in unknown.stderr
+
+
+def test_doctor_says_where_the_drafting_store_is_and_how_big(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    from specchat.backend.draftstore import DraftStore
+
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    monkeypatch.setenv("SPECCHAT_DRAFT_STORE_DIR", str(tmp_path / "drafts"))
+    main(["doctor", "--json"])
+    assert json.loads(capsys.readouterr().out)["drafting store"].startswith(
+        f"{tmp_path / 'drafts'} (empty;")
+    DraftStore(tmp_path / "drafts", "v" * 16, 1 << 20).append(list(range(1000)), 1)
+    main(["doctor", "--json"])
+    row = json.loads(capsys.readouterr().out)["drafting store"]
+    assert "1 answers" in row and " MB" in row

@@ -126,3 +126,44 @@ def test_export_markdown_json_and_never_overwrite(saved: dict[str, Path], capsys
     assert stat.S_IMODE(target.stat().st_mode) == 0o600  # it holds the user's words
     code, _, err = run_cli(["history", "export", "last", "--format", "pdf"], capsys)
     assert code == 2 and "markdown, json" in err
+
+
+def test_rm_removes_the_conversations_answers_from_the_drafting_store(
+        saved: dict[str, Path], capsys: Any) -> None:
+    """After `history rm`, asking again drafts nothing from what that conversation said."""
+    from specchat.backend.draftstore import DraftStore, tag_of
+    from specchat.engine.cost import AcceptanceModel, CostTable
+    from specchat.engine.history import HistoryDrafter
+    from specchat.paths import draft_store_dir
+
+    answer = [int(b) for b in b"Use reversed(xs)."]
+    other = [int(b) for b in b"one"]
+    store = DraftStore(draft_store_dir(), "v" * 16, 1 << 20)
+    store.append([7, 7, *answer, 0], tag_of("Use reversed(xs)."))
+    store.append([8, 8, *other, 0], tag_of("one"))
+
+    def plan() -> object:
+        index = DraftStore(draft_store_dir(), "v" * 16, 1 << 20).index(256)
+        drafter = HistoryDrafter(index, lambda key: AcceptanceModel(0.95), branches=1)
+        gpu = CostTable.from_ratios(0.02, [1 + 0.03 * i for i in range(20)])
+        return drafter.plan([5, *answer[:6]], 8, gpu)
+
+    assert plan() is not None  # the answer drafts itself back before the deletion
+    code, _, err = run_cli(["history", "rm", "20260101-100000", "--yes"], capsys)
+    assert code == 0 and "removed 1 of its answers from the drafting store" in err
+    assert plan() is None
+    code, out, _ = run_cli(["history", "store"], capsys)
+    assert code == 0 and "1 answers" in out and str(draft_store_dir()) in out
+
+
+def test_store_clear_deletes_every_kept_answer(saved: dict[str, Path], capsys: Any) -> None:
+    from specchat.backend.draftstore import DraftStore
+    from specchat.paths import draft_store_dir
+
+    DraftStore(draft_store_dir(), "v" * 16, 1 << 20).append([1, 2, 3], 1)
+    code, _, err = run_cli(["history", "store", "--clear"], capsys)
+    assert code == 2 and "--yes" in err
+    code, _, err = run_cli(["history", "store", "--clear", "--yes"], capsys)
+    assert code == 0 and "deleted 1 answers" in err
+    code, out, _ = run_cli(["history", "store"], capsys)
+    assert "(empty)" in out

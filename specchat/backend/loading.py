@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from specchat.backend.base import RuntimeInfo
 from specchat.backend.cpushare import CpuShare
+from specchat.backend.draftstore import open_store
 from specchat.backend.gpu import gpu_key, gpu_layers
 from specchat.backend.local import Runtime
 from specchat.backend.tuning import (
@@ -75,6 +76,9 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
     )
     tuned = Tuned(target, draft, target_path, draft_path, settings, calibration)
     try:
+        runtime.drafts = open_store(target.n_vocab, target.eog_tokens, target.token_bytes,
+                                    enabled=settings.draft_history, size=settings.draft_store,
+                                    private=settings.private)
         _tune(runtime, tuned)
     except BaseException:
         runtime.close()  # only what was loaded here: reused models stay with their owner

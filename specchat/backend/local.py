@@ -6,6 +6,7 @@ loading.py; tests build a Runtime directly from fake parts.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -19,9 +20,10 @@ from specchat.backend.base import (
     RuntimeInfo,
 )
 from specchat.backend.cpushare import CpuShare
+from specchat.backend.draftstore import MAX_PROMPT, DraftStore, record_start, tag_of
 from specchat.backend.promptcache import PromptCache, StatefulModel
 from specchat.engine.auto import AutoState
-from specchat.engine.events import Event
+from specchat.engine.events import Event, Finished
 from specchat.engine.loop import Hooks, Restore, generate
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.protocol import LogitsModel, common_prefix
@@ -29,6 +31,7 @@ from specchat.engine.stats import Stats
 from specchat.engine.threads import ThreadGovernor
 from specchat.errors import PromptTooLong, UsageError
 from specchat.settings.load import LoadSettings
+from specchat.storage import StorageError
 
 if TYPE_CHECKING:
     from specchat.backend.tuning import Tuned
@@ -57,6 +60,7 @@ class Runtime(Backend):
     # switch() calls. None: built by hand, cannot switch.
     reopen: Callable[[LoadSettings, Runtime], Runtime] | None = None
     tuned: Tuned | None = None  # the loaded models as tuning measured them (open_runtime)
+    drafts: DraftStore | None = None  # earlier prompts and answers `auto` drafts from
 
     # --- the answer path ---------------------------------------------------------------
     def stream(self, prompt: Sequence[int], options: GenerationOptions,
@@ -64,12 +68,35 @@ class Runtime(Backend):
         """Generate an answer to `prompt` tokens; the mode comes from options.spec."""
         options = self.effective_options(options)
         draft = self.draft_for(options.spec)
+        history = None
+        if self.drafts is not None and options.spec is Spec.AUTO:
+            history = self.drafts.index(self.target.n_vocab)
         hooks = Hooks(auto=self.auto, progress=progress, restore=self._restorer(draft),
-                      governor=self.governor)
+                      governor=self.governor, history=history)
         events = generate(self.target, prompt, options, draft=draft, hooks=hooks)
         if self.governor is None or self.cpu_share is None:
             return events
         return self._sharing_cores(events, self.governor, self.cpu_share)
+
+    def kept(self, events: Events, head: Sequence[int]) -> Events:
+        """An answer's events; once it is complete (not interrupted), `head` (the part of
+        its prompt worth keeping) and the answer go to the drafting store."""
+        if self.drafts is None or not self.drafts.writable:
+            return events
+        return self._recording(events, self.drafts, list(head))
+
+    @staticmethod
+    def _recording(events: Events, store: DraftStore, head: list[int]) -> Events:
+        """The Finished event goes out before the record is written: writing never delays
+        the answer. A store that cannot be written costs a note, never the answer."""
+        for event in events:
+            yield event
+            if isinstance(event, Finished) and event.tokens:
+                try:
+                    store.append([*head, *event.tokens], tag_of(event.text))
+                except StorageError as exc:
+                    print(f"specchat: note: the drafting store was not written: {exc}",
+                          file=sys.stderr)
 
     @staticmethod
     def _sharing_cores(events: Generator[Event, None, None], governor: ThreadGovernor,
@@ -151,12 +178,23 @@ class Runtime(Backend):
     def answer(self, messages: Sequence[Message], options: GenerationOptions,
                progress: ProgressCallback | None = None) -> Events:
         self.refuse_certainly_long(messages)
-        return self.stream(self.fitting(self.chat_tokens(messages)), options, progress=progress)
+        tokens = self.fitting(self.chat_tokens(messages))
+        return self.kept(self.stream(tokens, options, progress=progress),
+                         tokens[self.record_start(messages, tokens):])
 
     def complete(self, text: str, options: GenerationOptions,
                  progress: ProgressCallback | None = None) -> Events:
         self.refuse_certainly_long(text)
-        return self.stream(self.fitting(self.raw_tokens(text)), options, progress=progress)
+        tokens = self.fitting(self.raw_tokens(text))
+        return self.kept(self.stream(tokens, options, progress=progress),
+                         tokens[self.record_start(None, tokens):])
+
+    def record_start(self, messages: Sequence[Message] | None, tokens: Sequence[int]) -> int:
+        """Where the part of this prompt that the drafting store keeps starts (messages
+        None: a raw completion prompt, whose end is kept)."""
+        if messages is None:
+            return max(0, len(tokens) - MAX_PROMPT)
+        return record_start(self.chat_tokens, messages, tokens)
 
     def cached_tokens(self) -> int:
         return len(self.target.tokens)

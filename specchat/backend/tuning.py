@@ -125,7 +125,8 @@ def measured_auto_state(tuned: Tuned, *, force: bool = False
         save_if_drifted(target, tuned.target_path, knobs, cal.cache)
 
     def save_learnt() -> None:
-        cal.save_quietly(learnt, state.export_acceptance())
+        if not settings.private:  # learnt from what was asked: private writes none of it
+            cal.save_quietly(learnt, state.export_acceptance())
 
     return state, [save_drifted, save_learnt]
 

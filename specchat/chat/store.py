@@ -116,6 +116,13 @@ class Store:
         self._pending = conversation.to_records()
 
 
+class PrivateStore(Store):
+    """--private: the conversation stays in memory only; nothing is ever written."""
+
+    def append(self, record: dict[str, Any]) -> None:
+        return None
+
+
 def has_records(path: Path) -> bool:
     """True when `path` holds at least one complete record (a 0-byte file holds none)."""
     try:

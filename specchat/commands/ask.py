@@ -108,18 +108,21 @@ Answer = tuple[Finished | None, Backend, list[int | None]]
 def _ask_local(settings: Settings, options: GenerationOptions, attached: list[Attachment],
                text: str, raw: bool, echo: bool) -> Answer:
     """Local models: the prompt cache, attachment token counts, the context check."""
-    cache_limit = parse_size(settings["prompt_cache"])
+    # The prompt cache keeps the prompt's KV states on disk: private mode writes none.
+    cache_limit = 0 if settings["private"] else parse_size(settings["prompt_cache"])
     with open_runtime(LoadSettings.from_settings(settings, quiet=not echo)) as runtime:
         runtime.prompt_cache = PromptCache(prompt_cache_dir(), cache_limit)
         counts: list[int | None] = list(measure(attached, runtime.text_tokens,
                                                 runtime.n_ctx))
         message = compose(attached, text)
-        prompt = message if raw else messages_for(message, settings["system"])
-        runtime.refuse_certainly_long(prompt)  # before tokenizing a prompt that cannot fit
-        tokens = runtime.fitting(runtime.raw_tokens(message) if isinstance(prompt, str) else
-                                 runtime.chat_tokens(prompt))
+        messages = None if raw else messages_for(message, settings["system"])
+        runtime.refuse_certainly_long(message if messages is None else messages)
+        tokens = runtime.fitting(runtime.raw_tokens(message) if messages is None else
+                                 runtime.chat_tokens(messages))
+        head = tokens[runtime.record_start(messages, tokens):]  # kept in the drafting store
         finished = stream_answer(
-            lambda progress: runtime.stream(tokens, options, progress=progress), echo)
+            lambda progress: runtime.kept(runtime.stream(tokens, options, progress=progress),
+                                          head), echo)
         if finished is not None:
             runtime.remember_prompt(tokens, finished.stats)
     return finished, runtime, counts

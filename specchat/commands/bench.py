@@ -102,9 +102,21 @@ def bench(
     recording: Annotated[Optional[str], typer.Option(
         "--recording", metavar="FILE", help="What --cost-profile replays: a recording file "
         "or a built-in one's name (default: the built-in set's).")] = None,
+    sessions: Annotated[bool, typer.Option(
+        "--sessions", help="FILE holds sessions of related requests, answered in order "
+        "(default: the built-in session set); --modes defaults to auto, --limit counts "
+        "requests per session, --categories picks sessions.")] = False,
+    via: Annotated[str, typer.Option(
+        "--via", help="With --sessions: ask (each request a fresh `specchat ask` process, "
+        "as a shell loop) or serve (one `specchat serve` per mode).")] = "ask",
     *, settings: Settings,
 ) -> None:
-    replaying = _check_runs(file, record_file, calibrate, cost_profile, recording)
+    replaying = _check_runs(file, record_file, calibrate, cost_profile, recording, sessions)
+    if sessions:
+        from specchat.commands.bench_sessions import bench_sessions
+
+        bench_sessions(file, categories, limit, modes, json_file, peer, via, settings)
+        return
     if replaying:
         replay_command(cost_profile, recording, categories, limit, modes, json_file,
                        draft_max=settings["draft_max"])
@@ -118,8 +130,9 @@ def bench(
         _check_writable(record_file)
         record_command(settings, file, chosen, options.max_tokens, Path(record_file))
         return
+    # Single prompts: no drafting store (earlier runs' answers would answer for them).
     loading = replace(LoadSettings.from_settings(settings, quiet=json_file == "-"),
-                      spec=_load_spec(mode_list, calibrate))
+                      spec=_load_spec(mode_list, calibrate), draft_history=False)
     with open_runtime(loading) as runtime:
         if calibrate:
             if runtime.tuned is None:
@@ -149,9 +162,13 @@ def bench(
 
 
 def _check_runs(file: Path | None, record_file: str | None, calibrate: bool,
-                cost_profile: str | None, recording: str | None) -> bool:
+                cost_profile: str | None, recording: str | None, sessions: bool = False) -> bool:
     """Which kind of run the flags ask for (True: a priced replay); flags of two kinds are a
     usage error rather than one of them being ignored."""
+    if sessions and (cost_profile is not None or recording is not None or
+                     record_file is not None or calibrate):
+        raise UsageError("--sessions runs sessions of requests: leave out --cost-profile, "
+                         "--recording, --record and --calibrate")
     if cost_profile is not None or recording is not None:
         if file is not None or record_file is not None or calibrate:
             raise UsageError("--cost-profile replays a recording (--recording FILE); it runs "

@@ -19,7 +19,7 @@ from specchat.chat.attach import Attachment, measure, read_files
 from specchat.chat.conversation import Conversation
 from specchat.chat.render import RenderConfig, Renderer
 from specchat.chat.session import ChatSession, ErrorLog
-from specchat.chat.store import Store, latest_file, load_conversation
+from specchat.chat.store import PrivateStore, Store, latest_file, load_conversation
 from specchat.commands import common as c
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
@@ -46,7 +46,8 @@ def chat(
 ) -> None:
     options = c.options_from(settings)
     verbose = bool(settings["verbose"])
-    errors = open_error_log() if verbose else ErrorLog()
+    private = bool(settings["private"])
+    errors = open_error_log() if verbose and not private else ErrorLog()
     if continue_ and load is not None:
         raise UsageError("--continue and --load both pick a conversation: give one")
     piped = not sys.stdin.isatty()
@@ -58,6 +59,8 @@ def chat(
     if piped and not question.strip():
         return  # `specchat chat < /dev/null`: nothing asked, nothing to do
     conversation, store = pick_conversation(continue_, load)  # a bad file fails before loading
+    if private:  # nothing of what is asked or answered is written (settings/schema.py)
+        store = PrivateStore(meta=store.meta)
     try:
         backend: Backend = c.open_remote(settings, options) if settings["endpoint"] else \
             open_runtime(LoadSettings.from_settings(settings, quiet=piped))
@@ -66,7 +69,7 @@ def chat(
                                    plain=settings["plain"], show_draft=settings["show_draft"])
             apply_system(session, settings["system"])
             attach(session, attached)
-            code = one_shot(session, question) if piped else interactive(session)
+            code = one_shot(session, question) if piped else interactive(session, private)
     except (SpecchatError, KeyboardInterrupt, typer.Exit, BrokenPipeError):
         raise
     except Exception as exc:  # noqa: BLE001 - no tracebacks in the terminal; --verbose logs
@@ -141,7 +144,7 @@ def one_shot(session: ChatSession, question: str) -> int:
     return EXIT_INTERRUPTED if turn is None or turn.interrupted else 0
 
 
-def interactive(session: ChatSession) -> int:
+def interactive(session: ChatSession, private: bool = False) -> int:
     info = session.runtime.info
     model = info.target_name + (f" + draft {info.draft_name}" if info.draft_name else "")
     conv = session.conversation
@@ -150,8 +153,8 @@ def interactive(session: ChatSession) -> int:
     how = f"at {info.endpoint}" if info.endpoint else f"mode {session.options.spec}"
     session.renderer.dim(f"specchat · {model} · {how} · /help for commands · Ctrl-D leaves")
     session.check_saving()
-    prompt = repl.make_prompt(session, history_path=input_history_file(),
-                             output=_prompt_output())
+    prompt = repl.make_prompt(session, output=_prompt_output(),
+                              history_path=None if private else input_history_file())
     return repl.run(session, prompt)
 
 

@@ -19,6 +19,7 @@ from specchat.settings.schema import (
     GENERATION,
     MODEL,
     REMOTE,
+    STORE,
     generation_options,
     group,
 )
@@ -31,8 +32,8 @@ FilesFlag = Annotated[Optional[list[str]], typer.Option(
     help="Put this file's text in the message, before the prompt (repeatable; - reads "
     "stdin).")]
 
-ASK_OPTIONS = group(MODEL, GENERATION, ASK, REMOTE)
-CHAT_OPTIONS = group(MODEL, GENERATION, CHAT, REMOTE)
+ASK_OPTIONS = group(MODEL, GENERATION, ASK, REMOTE, STORE)
+CHAT_OPTIONS = group(MODEL, GENERATION, CHAT, REMOTE, STORE)
 
 
 def options_from(settings: Settings) -> GenerationOptions:

@@ -95,6 +95,7 @@ def collect() -> tuple[list[tuple[str, str]], bool]:
         rows += _guard("gpu fit", _gpu_rows)
     rows += _guard("calibration", _calibration_rows)
     rows += _guard("flash attention", _flash_rows)
+    rows += _guard("drafting store", _draft_store_rows)
     if built is None:
         profile = suggest_profile("CPU", Machine.here())[0]
         rows.append(("hint", f"install llama-cpp-python: backends/install.sh {profile}"))
@@ -158,6 +159,17 @@ def _flash_rows() -> list[tuple[str, str]]:
     measured = {k: v for k, v in CalibrationCache(calibration_file()).read().items()
                 if k.startswith("flash-attn-")}
     return describe(settings["flash_attn"], settings.sources["flash_attn"], measured)
+def _draft_store_rows() -> list[tuple[str, str]]:
+    """Where earlier prompts and answers are kept for `auto` to draft from, and how big."""
+    from specchat.backend.draftstore import usage_by_vocabulary
+    from specchat.paths import draft_store_dir
+
+    usage = usage_by_vocabulary()
+    answers = sum(n for _, _, n in usage.values())
+    size = sum(b for _, b, _ in usage.values())
+    what = f"{answers} answers, {size / 1e6:.1f} MB" if usage else "empty"
+    return [("drafting store", f"{draft_store_dir()} ({what}; at most the draft_store "
+             "option per vocabulary; `specchat history store` for details)")]
 
 
 def _cache_rows() -> list[tuple[str, str]]:

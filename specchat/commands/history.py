@@ -14,9 +14,12 @@ from typing import Annotated, Optional
 import typer
 
 from specchat import storage
+from specchat.backend.draftstore import clear as clear_store
+from specchat.backend.draftstore import forget_everywhere, tag_of, usage_by_vocabulary
 from specchat.chat import archive
-from specchat.chat.store import summaries
+from specchat.chat.store import read_records, summaries
 from specchat.errors import UsageError
+from specchat.paths import draft_store_dir
 from specchat.term import output
 from specchat.term.safe import note
 
@@ -86,11 +89,48 @@ def rm(ident: Ident,
         if not typer.confirm(question, default=False, err=True):
             note("nothing deleted")
             return
+    tags = {tag_of(str(r["assistant"])) for r in read_records(path)
+            if r.get("type") == "turn" and r.get("assistant")}
     try:
         path.unlink()
     except OSError as exc:
         raise UsageError(f"cannot delete {path}: {storage.describe(exc)}") from None
     note(f"deleted {path.stem}")
+    try:
+        forgotten = forget_everywhere(tags)
+    except (OSError, storage.StorageError) as exc:
+        note(f"specchat: its answers are still in the drafting store ({exc}): "
+             "`specchat history store --clear` removes them all")
+        raise typer.Exit(1) from None
+    if forgotten:
+        note(f"removed {forgotten} of its answers from the drafting store")
+
+
+@app.command("store", help="Where the drafting store of earlier prompts and answers is, "
+             "and how big (--clear: delete it).")
+def store(clear_: Annotated[bool, typer.Option("--clear", help="Delete every answer in "
+                            "it (asks first unless --yes).")] = False,
+          yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False
+          ) -> None:
+    root = draft_store_dir()
+    usage = usage_by_vocabulary(root)
+    output.line(f"drafting store: {root}")
+    for vocab, (files, size, records) in usage.items():
+        output.line(f"  vocabulary {vocab}: {records} answers, {size / 1e6:.1f} MB in "
+                    f"{files} files")
+    if not usage:
+        output.line("  (empty)")
+    if not clear_ or not usage:
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError("history store --clear would delete every kept answer: confirm "
+                             "in a terminal or pass --yes")
+        if not typer.confirm("delete every answer in the drafting store?", default=False,
+                             err=True):
+            note("nothing deleted")
+            return
+    note(f"deleted {clear_store(root)} answers from the drafting store")
 
 
 @app.command("export", help="Write a conversation as Markdown or JSON (stdout, or -o FILE).")

@@ -12,9 +12,9 @@ from specchat.errors import UsageError
 from specchat.settings.file import Settings
 from specchat.settings.flags import with_options
 from specchat.settings.load import LoadSettings
-from specchat.settings.schema import GENERATION, MODEL, SERVER, group, parse_size
+from specchat.settings.schema import GENERATION, MODEL, SERVER, STORE, group, parse_size
 
-SERVE_OPTIONS = (*group(MODEL, GENERATION, SERVER), "api_key")
+SERVE_OPTIONS = (*group(MODEL, GENERATION, SERVER, STORE), "api_key")
 
 
 def register(app: typer.Typer) -> None:

@@ -36,6 +36,7 @@ from specchat.engine.cost import (
 )
 from specchat.engine.drafters import (
     EMPTY_DRAFT,
+    PROMPT,
     Draft,
     DraftModelDrafter,
     PromptLookupDrafter,
@@ -49,7 +50,9 @@ from specchat.engine.draftlength import (
     confidence_bucket,
     longest_useful,
 )
+from specchat.engine.history import HISTORY_PRIORS, HistoryDrafter, history_prior
 from specchat.engine.protocol import common_prefix
+from specchat.engine.tree import TreeDraft
 
 # Ratios of a CPU verify batch to one step (docs/costs.md, Qwen 1.5B on 2 cores): a cautious
 # starting point when nothing was measured; real runs calibrate at load.
@@ -88,6 +91,9 @@ class AutoState:
             assert isinstance(key, tuple)
             if key[0] == CONFIDENCE:  # one rate per bucket of the draft's confidence
                 self.models[key] = AcceptanceModel(CONFIDENCE_PRIORS[key[1]])
+                return self.models[key]
+            if key[0] == "history":  # (history, length bucket, support): engine/history.py
+                self.models[key] = AcceptanceModel(history_prior(key[1], key[2]))
                 return self.models[key]
             base = NGRAM_PRIORS[key[1]] if key[0] == "ngram" else DRAFT_MODEL_PRIOR
             later = NGRAM_LATER_PRIORS[key[1]] if key[0] == "ngram" else None
@@ -142,7 +148,12 @@ class AutoState:
             _key_name(key): [round(m.rate(i), 3) for i in range(1, 2 if _is_confidence(key)
                                                                  else 5)]
             for key, m in sorted(self.models.items(), key=lambda kv: _key_name(kv[0]))
+            if not _is_history(key)
         }
+        # One conditional rate per kind of history candidate, for the kinds seen so far.
+        history = {_key_name(key): round(m.rate(1), 3)
+                   for key, m in sorted(self.models.items(), key=lambda kv: _key_name(kv[0]))
+                   if _is_history(key) and m.trials[0] > 0}
         return {
             "verify_cost_ratios": [round(r, 2) for r in self.target_costs.ratios()],
             "step_seconds": self.target_costs.cost(1),
@@ -150,6 +161,7 @@ class AutoState:
                                  if self.draft_costs else None),
             "overhead_seconds": self.overhead,
             "acceptance_estimates": rates,
+            "history_estimates": history,
             "decisions": dict(self.decisions),
             "last_choice": {"drafter": self.last.drafter, "k": self.last.k,
                             "expected_speedup": round(self.last.expected_speedup, 3)},
@@ -157,17 +169,22 @@ class AutoState:
 
 
 def _parse_key(name: object) -> tuple[Any, ...] | None:
-    """("ngram", bucket, streak), ("draft", streak) or ("confidence", bucket) from its JSON
-    form, else None."""
+    """("ngram", bucket, streak), ("draft", streak), ("confidence", bucket) or ("history",
+    bucket, support) from its JSON form, else None."""
     try:
         key = tuple(json.loads(name)) if isinstance(name, str) else None
-    except ValueError:
+    except (ValueError, TypeError):
         return None
     if not key:
         return None
     if key[0] == CONFIDENCE:
         known = len(key) == 2 and key[1] in range(len(CONFIDENCE_PRIORS))
         return key if known and not isinstance(key[1], bool) else None
+    if key[0] == "history" and len(key) == 3:
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in key[1:])
+        in_range = ok and 0 <= key[1] < len(HISTORY_PRIORS) and \
+            0 <= key[2] < len(HISTORY_PRIORS[0])
+        return key if in_range else None
     if key[-1] not in STREAK_PRIOR_SHIFT or isinstance(key[-1], bool):
         return None
     if key[0] == "ngram" and len(key) == 3 and key[1] in range(len(NGRAM_PRIORS)):
@@ -189,12 +206,18 @@ def _is_confidence(key: Hashable) -> bool:
     return isinstance(key, tuple) and key[0] == CONFIDENCE
 
 
+def _is_history(key: Hashable) -> bool:
+    return isinstance(key, tuple) and bool(key) and key[0] == "history"
+
+
 def _key_name(key: Hashable) -> str:
     if not isinstance(key, tuple):
         return str(key)
     if key[0] == CONFIDENCE:
         edges = (0.0, *CONFIDENCE_EDGES, 1.0)
         return f"draft/confidence-{edges[key[1]]:.2f}-{edges[key[1] + 1]:.2f}"
+    if key[0] == "history":
+        return f"history/match-bucket-{key[1]}/support-{key[2]}"
     last = {NO_DRAFT_YET: "first", LAST_FULL: "after-full", LAST_FAILED: "after-miss"}[key[-1]]
     if key[0] == "ngram":
         kind = "ambiguous-ngram" if key[1] == AMBIGUOUS else f"match-bucket-{key[1]}"
@@ -208,10 +231,13 @@ class AutoPolicy:
     second."""
 
     def __init__(self, state: AutoState, ngram: PromptLookupDrafter,
-                 draft: DraftModelDrafter | None, k_max: int) -> None:
+                 draft: DraftModelDrafter | None, k_max: int,
+                 history: HistoryDrafter | None = None) -> None:
         self.state = state
         self.ngram = ngram
         self.k_max = k_max
+        self.history = history  # drafts from earlier answers (engine/history.py)
+        self._history_depth = 0  # how deep the history draft being verified goes
         self.draft = draft if draft is not None and state.draft_model_can_pay(k_max) else None
         self._key: Hashable | None = None
         self._drafter: str | None = None  # who drafted the step being verified
@@ -231,7 +257,8 @@ class AutoPolicy:
             lag = len(context) - 1 - common_prefix(self.draft.model.tokens, context[:-1])
             self.draft.prepare(context, fill=lag <= COLD_LAG)
 
-    def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
+    def propose(self, context: Sequence[int], limit: int,
+                rng: np.random.Generator) -> Draft | TreeDraft:
         self.ngram.prepare(context)  # syncs the index with the committed context
         self._resolve_shadows(context)
         # One index lookup per step: the continuation and the match length both come from it.
@@ -242,6 +269,10 @@ class AutoPolicy:
         candidates, cold = self._candidates(context, limit, avail, bucket)
         choice = choose(self.state.target_costs, candidates, self.state.model,
                         overhead=self.state.overhead, optimism=OPTIMISM)
+        plan = None if self.history is None else self.history.plan(
+            context, limit, self.state.target_costs, self.state.overhead)
+        if plan is not None and plan.expected_speedup > choice.expected_speedup:
+            choice = Choice("history", len(plan.draft.tokens), plan.expected_speedup)
         if cold is not None:
             self._catch_up.rent(self._saving(cold, choice))
         self.state.last = choice
@@ -251,7 +282,10 @@ class AutoPolicy:
         if choice.drafter != "ngram" and avail and len(self._shadows) < MAX_SHADOWS:
             self._shadows.append((candidates[0].key, tuple(avail), len(context)))
         if choice.drafter == "ngram":
-            return Draft(tuple(avail[: choice.k]), None)
+            return Draft(tuple(avail[: choice.k]), None, PROMPT)
+        if choice.drafter == "history" and plan is not None:
+            self._history_depth = plan.depth
+            return plan.draft
         if choice.drafter == "draft" and self.draft is not None:
             return self._draft_model(context, choice, limit, rng)
         return EMPTY_DRAFT
@@ -273,6 +307,9 @@ class AutoPolicy:
             for n, confidence in enumerate(self._confidence[: min(accepted + 1, drafted)]):
                 self.state.model((CONFIDENCE, confidence_bucket(confidence))).observe(
                     1, int(n < accepted))
+        elif drafted:  # from the history, which learns from what is committed instead
+            # Its drafts include this context's own lookups: their streak is the lookup's.
+            self._last["ngram"] = LAST_FULL if accepted >= self._history_depth else LAST_FAILED
         elif not drafted:
             # A miss says the next step's draft is doubtful, not every later one: without
             # this, an answer whose draft once missed could stay plain through long copies.

@@ -37,9 +37,16 @@ class Draft:
 
     tokens: tuple[int, ...] = ()
     q: tuple[np.ndarray, ...] | None = None
+    source: str = ""  # where the tokens came from, for acceptance by source (stats)
+
+    def cut(self, k: int) -> Draft:
+        """The first k tokens (and their q rows), from the same source."""
+        return Draft(self.tokens[:k], None if self.q is None else self.q[:k], self.source)
 
 
 EMPTY_DRAFT = Draft()
+# Where drafts come from (Stats.sources): this conversation, earlier answers, a draft model.
+PROMPT, HISTORY, DRAFT_MODEL = "prompt", "history", "draft-model"
 
 
 class Drafter(Protocol):
@@ -176,7 +183,8 @@ class DraftModelDrafter:
             logits = model.eval([token], [-1])[0]
             self._extra.append(token)
         self._drafted = True
-        return Draft(tuple(tokens), None if self.sampling.greedy else tuple(rows))
+        return Draft(tuple(tokens), None if self.sampling.greedy else tuple(rows),
+                     DRAFT_MODEL)
 
     def _choose(self, logits: np.ndarray, recent: Sequence[int], rng: np.random.Generator,
                 confident: bool) -> tuple[int, np.ndarray | None, float]:
@@ -281,7 +289,7 @@ class PromptLookupDrafter:
         if k <= 0:
             return EMPTY_DRAFT
         self._sync(context)
-        return Draft(tuple(self.index.continuation(k)), None)
+        return Draft(tuple(self.index.continuation(k)), None, PROMPT)
 
     def rollback(self, context: Sequence[int]) -> None:
         return None  # the index only ever holds committed tokens

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -33,14 +34,23 @@ from specchat.engine.drafters import (
     fill_cache,
 )
 from specchat.engine.events import Chunk, Event, Finished, Progress
+from specchat.engine.history import HistoryDrafter
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.padding import check_vocab_sizes
 from specchat.engine.policy import Adaptive, DraftPolicy, Plain
-from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefix
+from specchat.engine.protocol import (
+    ContextFullError,
+    LogitsModel,
+    TreeModel,
+    common_prefix,
+    tree_branches,
+)
 from specchat.engine.sampling import greedy_token, probs, recent_window
 from specchat.engine.stats import Stats, StatsBuilder
+from specchat.engine.suffix import SuffixIndex
 from specchat.engine.text import TextStream
 from specchat.engine.threads import ThreadGovernor
+from specchat.engine.tree import TreeDraft, accept_tree
 
 Clock = Callable[[], float]
 ProgressCallback = Callable[[Progress], None]
@@ -63,6 +73,8 @@ class Hooks:
     governor: ThreadGovernor | None = None  # threads per step, from step times
     token_bytes: Callable[[int], bytes] | None = None  # default: the target's own
     clock: Clock = time.perf_counter
+    # Earlier prompts and answers `auto` may draft from (engine/history.py); None: none.
+    history: SuffixIndex | None = None
 
 
 def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOptions, *,
@@ -75,7 +87,7 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
     more than the padding engine/padding.py can bridge.
     """
     tokens = _checked(prompt)
-    policy = make_policy(options, target, draft, hooks.auto)
+    policy = make_policy(options, target, draft, hooks.auto, hooks.history)
     return generate_with(target, tokens, options, policy, hooks)
 
 
@@ -109,7 +121,7 @@ def make_drafter(options: GenerationOptions, target: LogitsModel,
 
 
 def make_policy(options: GenerationOptions, target: LogitsModel, draft: LogitsModel | None,
-                auto: AutoState | None) -> DraftPolicy:
+                auto: AutoState | None, history: SuffixIndex | None = None) -> DraftPolicy:
     """Plain decoding for `off`; `draft` and `ngram` adapt k up to draft_max (a fixed long
     draft loses badly on CPUs whenever the text stops being predictable, docs/costs.md);
     `auto` chooses per step with measured costs."""
@@ -119,7 +131,10 @@ def make_policy(options: GenerationOptions, target: LogitsModel, draft: LogitsMo
     if options.spec is Spec.AUTO and isinstance(drafter, PromptLookupDrafter):
         model_drafter = (DraftModelDrafter(draft, options.sampling, target.n_vocab)
                          if draft is not None else None)
-        return AutoPolicy(auto or AutoState(), drafter, model_drafter, options.draft_max)
+        state = auto or AutoState()
+        earlier = None if history is None or history.empty else HistoryDrafter(
+            history, state.model, tree_branches(target))
+        return AutoPolicy(state, drafter, model_drafter, options.draft_max, earlier)
     return Adaptive(drafter, options.draft_max)
 
 
@@ -199,30 +214,52 @@ class _Run:
         # Drafts past max_tokens could never be emitted, so they are not even asked for.
         limit = max(0, min(self.options.draft_max, room, remaining - 1))
         t0 = self.clock()
-        draft = EMPTY_DRAFT
+        draft: Draft | TreeDraft = EMPTY_DRAFT
         if limit > 0:
             draft = self.policy.propose(committed, limit, self.rng)
-            draft = Draft(draft.tokens[:limit], None if draft.q is None else draft.q[:limit])
+            # A tree is as deep as `limit` at most; its width must still fit the context.
+            draft = draft.cut(room if isinstance(draft, TreeDraft) else limit)
         stats.last_k = len(draft.tokens)
         t1 = self.clock()
-        batch = [committed[-1], *draft.tokens]
-        logits = self.target.eval(batch, list(range(len(batch))))
-        t2 = self.clock()
-        n, token = self._accept(logits, draft)
+        if isinstance(draft, TreeDraft):
+            kept, token, t2 = self._verify_tree(draft)
+        else:
+            batch = [committed[-1], *draft.tokens]
+            logits = self.target.eval(batch, list(range(len(batch))))
+            t2 = self.clock()
+            n, token = self._accept(logits, draft)
+            kept = list(draft.tokens[:n])
+        n = len(kept)
         t3 = self.clock()
         stats.draft_seconds += t1 - t0
         stats.verify_seconds += t2 - t1
         stats.sample_seconds += t3 - t2
-        stats.record_step(len(draft.tokens), n, seconds=t3 - t1)
+        stats.record_step(len(draft.tokens), n, seconds=t3 - t1, source=draft.source)
         if self.auto is not None:
-            self.auto.target_costs.observe(len(batch), t2 - t1)
+            self.auto.target_costs.observe(len(draft.tokens) + 1, t2 - t1)
         if self.governor is not None:
             costs = self.auto.target_costs if self.auto is not None else None
-            ratio = costs.cost(len(batch)) / costs.cost(1) if costs else float(len(batch))
+            size = len(draft.tokens) + 1
+            ratio = costs.cost(size) / costs.cost(1) if costs else float(size)
             self.governor.observe(t2 - t1, ratio)
         self.policy.observe(len(draft.tokens), n, draft_seconds=t1 - t0,
                             verify_seconds=t2 - t1)
-        return [*draft.tokens[:n], token], [True] * n + [False]
+        return [*kept, token], [True] * n + [False]
+
+    def _verify_tree(self, draft: TreeDraft) -> tuple[list[int], int, float]:
+        """Several candidates in one target call (engine/tree.py): the accepted path's
+        tokens, the token after them, and when the target call ended."""
+        # Only policies made for a TreeModel target propose trees (make_policy).
+        target = cast(TreeModel, self.target)
+        batch, parents = draft.batch(self.committed[-1])
+        logits = target.eval_tree(batch, parents)
+        t2 = self.clock()
+        opts = self.options.sampling
+        n_recent = opts.repeat_last_n if opts.repeat_penalty != 1.0 else 0
+        base = self.committed[-n_recent:] if n_recent else []
+        path, token = accept_tree(logits.__getitem__, draft, base, opts, self.rng)
+        target.keep_path([i + 1 for i in path])
+        return draft.path_tokens(path), token, t2
 
     def _accept(self, logits: np.ndarray, draft: Draft) -> tuple[int, int]:
         opts = self.options.sampling

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from specchat.engine.drafters import EMPTY_DRAFT, Draft, Drafter
+from specchat.engine.tree import TreeDraft
 
 
 class DraftPolicy(Protocol):
@@ -22,8 +23,11 @@ class DraftPolicy(Protocol):
         """Take in the prompt before decoding starts (timed with the prompt)."""
         ...
 
-    def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
-        """At most `limit` tokens to verify after `context` (none: a plain step)."""
+    def propose(self, context: Sequence[int], limit: int,
+                rng: np.random.Generator) -> Draft | TreeDraft:
+        """At most `limit` tokens to verify after `context` (none: a plain step); a tree
+        of candidates only where the target verifies trees (engine/tree.py), at most
+        `limit` deep."""
         ...
 
     def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
@@ -78,8 +82,7 @@ class Adaptive:
         k = min(self.k, limit)
         if k <= 0:
             return EMPTY_DRAFT
-        draft = self.drafter.propose(context, k, rng)
-        return Draft(draft.tokens[:k], None if draft.q is None else draft.q[:k])
+        return self.drafter.propose(context, k, rng).cut(k)
 
     def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
                 verify_seconds: float = 0.0) -> None:

@@ -74,3 +74,33 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
         i += 1
     return i
 
+
+
+@runtime_checkable
+class TreeModel(Protocol):
+    """A LogitsModel that can verify a tree of drafts in one batch (engine/tree.py).
+
+    Between eval_tree and keep_path the cache holds `tokens` plus the tree's other rows;
+    keep_path, truncate or another eval put it back to exactly `tokens`.
+    """
+
+    @property
+    def max_branches(self) -> int:
+        """Most leaves a tree may have (1: chains only)."""
+        ...
+
+    def eval_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Evaluate tokens[0] at position len(self.tokens) and every other token i one
+        position after its parent row parents[i] (< i), seeing only its ancestors. Returns
+        the logits of every row; afterwards `tokens` ends with tokens[0]."""
+        ...
+
+    def keep_path(self, rows: Sequence[int]) -> None:
+        """Keep the rows of one root-to-node path (row 0 excluded, in order) and drop the
+        rest of the tree: `tokens` then ends with those rows' tokens."""
+        ...
+
+
+def tree_branches(model: LogitsModel) -> int:
+    """How many leaves a tree drafted for `model` may have (1 when it verifies chains only)."""
+    return max(1, int(model.max_branches)) if isinstance(model, TreeModel) else 1

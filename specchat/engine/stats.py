@@ -64,6 +64,9 @@ class Stats(Rates):
     plain_step_seconds: float = 0.0  # calibrated cost of one plain target step (0: unknown)
     plain_steps: int = 0  # steps of this answer that verified one token and drafted none
     plain_seconds: float = 0.0  # their verify + sampling time, measured in this answer
+    # Per draft source (engine.drafters: prompt, history, draft-model): (source, steps that
+    # drafted from it, tokens drafted, tokens accepted). A tree step counts every node drafted.
+    sources: tuple[tuple[str, int, int, int], ...] = ()
 
     @property
     def plain_token_seconds(self) -> float | None:
@@ -118,6 +121,8 @@ class Stats(Rates):
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             out[f.name] = list(value) if isinstance(value, tuple) else value
+        out["sources"] = {name: {"steps": steps, "drafted": drafted, "accepted": accepted}
+                          for name, steps, drafted, accepted in self.sources}
         for name in ("acceptance", "tokens_per_step", "tokens_per_second", "mean_accepted",
                      "plain_token_seconds", "speedup_estimate", "prompt_evaluated",
                      "prompt_tokens_per_second"):
@@ -150,10 +155,17 @@ class StatsBuilder:
     plain_step_seconds: float = 0.0
     plain_steps: int = 0
     plain_seconds: float = 0.0
+    sources: dict[str, list[int]] = field(default_factory=dict)
 
-    def record_step(self, drafted: int, accepted: int, seconds: float = 0.0) -> None:
+    def record_step(self, drafted: int, accepted: int, seconds: float = 0.0,
+                    source: str = "") -> None:
         """One verify call; `seconds` (verify + sampling) is kept for plain steps."""
         self.steps += 1
+        if drafted and source:
+            counts = self.sources.setdefault(source, [0, 0, 0])
+            counts[0] += 1
+            counts[1] += drafted
+            counts[2] += accepted
         if drafted == 0:
             self.steps_empty += 1
             self.plain_steps += 1
@@ -185,6 +197,7 @@ class StatsBuilder:
             sample_seconds=self.sample_seconds, decode_seconds=decode_seconds,
             last_k=self.last_k, plain_step_seconds=self.plain_step_seconds,
             plain_steps=self.plain_steps, plain_seconds=self.plain_seconds,
+            sources=tuple((name, c[0], c[1], c[2]) for name, c in sorted(self.sources.items())),
         )
 
 

@@ -27,3 +27,26 @@ def chunk_spans(n: int, size: int) -> list[tuple[int, int]]:
 def rows_in_span(rows: Sequence[int], lo: int, hi: int) -> list[tuple[int, int]]:
     """(output index, index inside the chunk) for every requested row that falls in [lo, hi)."""
     return [(k, r - lo) for k, r in enumerate(rows) if lo <= r < hi]
+
+
+def tree_layout(parents: Sequence[int]) -> tuple[list[int], list[list[int]]]:
+    """Depth and sequence ids of every row of a tree batch (row 0 the root, parents[0] = -1,
+    parents[i] < i): each leaf is one sequence, and a row belongs to the sequences of the
+    leaves below it, so it attends to exactly its ancestors (and the shared cache)."""
+    n = len(parents)
+    if n == 0 or parents[0] != -1 or any(not 0 <= parents[i] < i for i in range(1, n)):
+        raise ValueError("a tree batch needs row 0 as its root and every parent before its "
+                         "child")
+    depth = [0] * n
+    has_child = [False] * n
+    for i in range(1, n):
+        depth[i] = depth[parents[i]] + 1
+        has_child[parents[i]] = True
+    seqs: list[list[int]] = [[] for _ in range(n)]
+    leaves = [i for i in range(n) if not has_child[i]]
+    for seq, leaf in enumerate(leaves):
+        node = leaf
+        while node >= 0:
+            seqs[node].append(seq)
+            node = parents[node]
+    return depth, seqs

@@ -35,6 +35,7 @@ from specchat.llm.lib import (
     open_model,
     read_metadata,
 )
+from specchat.llm.seqtree import TREE_SEQUENCES, TreeBatches, sequence_zero, sequences_for
 from specchat.llm.vocab import VOCAB_TYPES, VocabInfo
 
 WPM = next(k for k, v in VOCAB_TYPES.items() if v == "wpm")
@@ -91,7 +92,11 @@ def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
                                   else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
     params.n_ctx = n_ctx
     params.n_batch = params.n_ubatch = n_batch  # one llama_decode call = one ubatch
-    params.n_seq_max = 1
+    # Trees of candidates use a sequence per leaf (seqtree.py); one unified cache serves them
+    # all, so n_ctx is not split between sequences and shared cells are stored once.
+    # llama.cpp reserves an output row per sequence: never more sequences than batch rows.
+    params.n_seq_max = sequences_for(n_batch)
+    params.kv_unified = True
     params.n_threads = params.n_threads_batch = n_threads
     params.no_perf = True
     if hasattr(params, "swa_full"):
@@ -107,8 +112,9 @@ def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
 
 
 # --- the model ------------------------------------------------------------------------------------
-class LlamaModel:
-    """A loaded GGUF model and its KV cache; implements engine.protocol.LogitsModel.
+class LlamaModel(TreeBatches):
+    """A loaded GGUF model and its KV cache; implements engine.protocol.LogitsModel (and
+    TreeModel, through seqtree.TreeBatches).
 
     Invariant: after any call returns or raises (Ctrl-C included), `tokens` is exactly what the
     KV cache holds, so the engine can always truncate and continue.
@@ -133,12 +139,10 @@ class LlamaModel:
         self._longest: int | None = None  # the most bytes one token stands for (fewest_tokens)
         self._eog: frozenset[int] | None = None
         self._metadata: dict[str, str] | None = None
-        self._batch: Any = llama_cpp.llama_batch_init(n_batch, 0, 1)
-        # Every row belongs to sequence 0; set once. token/pos/logits are filled per call
-        # through numpy views of the C arrays.
-        for i in range(n_batch):
-            self._batch.n_seq_id[i] = 1
-            self._batch.seq_id[i][0] = 0
+        self._batch: Any = llama_cpp.llama_batch_init(n_batch, 0, TREE_SEQUENCES)
+        # Every row belongs to sequence 0; set once (a tree batch puts it back after use).
+        # token/pos/logits are filled per call through numpy views of the C arrays.
+        sequence_zero(self._batch, n_batch)
         self._token_in = np.ctypeslib.as_array(self._batch.token, shape=(n_batch,))
         self._pos_in = np.ctypeslib.as_array(self._batch.pos, shape=(n_batch,))
         self._want_out = np.ctypeslib.as_array(self._batch.logits, shape=(n_batch,))
@@ -170,6 +174,7 @@ class LlamaModel:
         decoded stay cached and `tokens` says so; the failing chunk is removed.
         """
         self._check_open()
+        self._drop_tree()
         n = len(tokens)
         rows = normalize_rows(logit_rows, n)
         start = len(self._tokens)
@@ -227,6 +232,7 @@ class LlamaModel:
         llama_cpp.llama_free(self._ctx)
         self._ctx, self._mem = ctx, llama_cpp.llama_get_memory(ctx)
         self._tokens.clear()
+        self._tree = None
         self.flash_attn = enabled
 
     def set_threads(self, n: int) -> None:
@@ -238,6 +244,7 @@ class LlamaModel:
     def truncate(self, n: int) -> None:
         """Forget every position >= n."""
         self._check_open()
+        self._drop_tree()
         if max(n, 0) < len(self._tokens):
             self._forget_from(max(n, 0))
 

@@ -85,6 +85,8 @@ class SpeculativeUsage(BaseModel):
     draft_seconds: float
     verify_seconds: float
     sample_seconds: float
+    # Per draft source (prompt, history, draft-model): steps, drafted and accepted tokens.
+    sources: dict[str, dict[str, int]] = {}
 
     @classmethod
     def of(cls, stats: Stats) -> SpeculativeUsage:
@@ -97,7 +99,7 @@ class SpeculativeUsage(BaseModel):
                    speedup_estimate=stats.speedup_estimate,
                    plain_step_seconds=stats.plain_step_seconds,
                    draft_seconds=stats.draft_seconds, verify_seconds=stats.verify_seconds,
-                   sample_seconds=stats.sample_seconds)
+                   sample_seconds=stats.sample_seconds, sources=stats.to_dict()["sources"])
 
 
 class PromptDetails(BaseModel):

@@ -32,6 +32,11 @@ class LoadSettings:
     # pin it (backend/tuning.py decides what auto means for a model file).
     flash_attn: str = field(default=BY_NAME["flash_attn"].default)
     quiet: bool = False  # no notes on stderr (one-shot answers to a pipe, JSON output)
+    # The drafting store (backend/draftstore.py): read and written, its size, and whether
+    # this session may write anything of what is asked or answered.
+    draft_history: bool = field(default=BY_NAME["draft_history"].default)
+    draft_store: str = field(default=BY_NAME["draft_store"].default)
+    private: bool = field(default=BY_NAME["private"].default)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "spec", Spec(self.spec))  # "off" given as text is Spec.OFF
@@ -44,7 +49,9 @@ class LoadSettings:
 
         return cls(model=get("model"), draft=get("draft"), spec=Spec(get("spec")),
                    n_ctx=get("ctx"), n_gpu_layers=get("n_gpu_layers"), threads=get("threads"),
-                   verbose=bool(get("verbose")), flash_attn=get("flash_attn"), quiet=quiet)
+                   verbose=bool(get("verbose")), flash_attn=get("flash_attn"), quiet=quiet,
+                   draft_history=bool(get("draft_history")), draft_store=get("draft_store"),
+                   private=bool(get("private")))
 
     @property
     def no_draft(self) -> bool:

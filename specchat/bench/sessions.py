@@ -1,0 +1,117 @@
+"""Sessions for `bench --sessions`: sequences of related requests, answered in order.
+
+A session file is JSON Lines. A line is either a whole session:
+
+    {"session": "sql-shop", "category": "sql", "system": "optional", "requests": ["...", ...]}
+
+or one request of a session, the requests of a session in file order:
+
+    {"session": "sql-shop", "category": "sql", "prompt": "..."}   ("turns": ["..."] works too)
+
+Each request is a fresh one-shot question (the system prompt, if any, then the request),
+not a turn of one conversation: that is what a shell loop or an agent calling a server
+sends. The built-in set (default_sessions.jsonl) has conversions, tool calls, SQL over one
+schema, docstrings, tests and endpoints.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from specchat.errors import UsageError
+
+BUILTIN_SESSIONS = "default_sessions.jsonl"
+
+
+@dataclass
+class Session:
+    name: str
+    category: str
+    system: str | None = None
+    requests: list[str] = field(default_factory=list)
+
+    def messages(self, request: str) -> list[dict[str, str]]:
+        out = [{"role": "system", "content": self.system}] if self.system else []
+        return [*out, {"role": "user", "content": request}]
+
+
+def load_sessions(path: Path | None) -> list[Session]:
+    """The sessions of a file, or the built-in set; a bad file is one usage error naming
+    the line."""
+    if path is None:
+        text = resources.files("specchat.bench").joinpath(BUILTIN_SESSIONS).read_text(
+            encoding="utf-8")
+        return parse_sessions(text, f"<built-in {BUILTIN_SESSIONS}>")
+    if not path.is_file():
+        raise UsageError(f"--sessions {path}: no such file (JSON Lines, one session or one "
+                         "request per line)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--sessions {path}: cannot read it as UTF-8 text ({exc})") from None
+    sessions = parse_sessions(text, str(path))
+    if not sessions:
+        raise UsageError(f"--sessions {path}: no sessions in it")
+    return sessions
+
+
+def parse_sessions(text: str, source: str) -> list[Session]:
+    found: dict[str, Session] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{source}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+        if not isinstance(record, dict):
+            raise UsageError(f"{where}: expected a JSON object with session and requests")
+        if "session" not in record:
+            raise UsageError(f'{where}: no "session": a session file has lines like '
+                             '{"session": "sql", "requests": ["...", "..."]} (a Spec-Bench '
+                             "file goes without --sessions)")
+        name = _text(record, "session", where)
+        session = found.setdefault(name, Session(name, _category(record, name, where),
+                                                 _system(record, where)))
+        session.requests.extend(_requests(record, where))
+    return list(found.values())
+
+
+def _text(record: dict[str, Any], key: str, where: str) -> str:
+    value = record.get(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"{where}: {key} must be a non-empty string")
+    return value.strip()
+
+
+def _category(record: dict[str, Any], name: str, where: str) -> str:
+    return _text(record, "category", where) if "category" in record else name
+
+
+def _system(record: dict[str, Any], where: str) -> str | None:
+    system = record.get("system")
+    if system is not None and not isinstance(system, str):
+        raise UsageError(f"{where}: system must be a string")
+    return system or None
+
+
+def _requests(record: dict[str, Any], where: str) -> list[str]:
+    if "requests" in record:
+        items = record["requests"]
+    elif "turns" in record:
+        items = record["turns"][:1] if isinstance(record["turns"], list) else None
+    elif "prompt" in record:
+        items = [record["prompt"]]
+    else:
+        raise UsageError(f"{where}: give requests (a list), prompt or turns")
+    if not isinstance(items, list) or not items or not all(
+            isinstance(i, str) and i.strip() for i in items):
+        raise UsageError(f"{where}: requests must be a non-empty list of non-empty strings")
+    return list(items)

@@ -1,0 +1,114 @@
+"""`specchat bench --sessions [FILE]`: related requests in order, each as a fresh one-shot
+process (`--via ask`, as a shell loop) or through one server per mode (`--via serve`), with
+`auto` (drafting from what the session wrote before) against `off` and llama-cpp-python's
+plain chat completion (bench/session_runner.py, bench/session_report.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from specchat import storage
+from specchat.bench import session_report as report
+from specchat.bench.peer import ChatCompletionPeer
+from specchat.bench.runner import parse_modes
+from specchat.bench.session_runner import Launch, Outcome, run_sessions, specchat_argv
+from specchat.bench.sessions import Session, load_sessions
+from specchat.engine.options import Spec
+from specchat.errors import ModelError, UsageError
+from specchat.settings.file import Settings
+from specchat.settings.schema import BY_NAME
+from specchat.term import output
+
+VIAS = ("ask", "serve")
+PASSED_ON = ("model", "draft", "ctx", "threads", "n_gpu_layers")  # to every ask / serve
+
+
+def bench_sessions(file: Path | None, categories: str | None, limit: int | None,
+                   modes: str | None, json_file: str | None, peer: bool, via: str,
+                   settings: Settings) -> None:
+    if via not in VIAS:
+        raise UsageError(f"--via must be one of {', '.join(VIAS)}, not {via!r}")
+    sessions = _chosen(load_sessions(file), categories, limit)
+    mode_list = parse_modes(modes, (Spec.AUTO,))
+    launch = Launch(specchat_argv(), _model_flags(settings), settings["max_tokens"])
+    plain = _peer(settings) if peer else None
+    if plain is not None:
+        mode_list = [*mode_list, plain.name]
+    console = Console(stderr=True)
+
+    def heard(o: Outcome) -> None:
+        rate = o.generated / o.decode_seconds if o.decode_seconds > 0 else 0.0
+        console.print(f"{o.session} {o.index + 1} {o.mode}: {o.generated} tokens, "
+                      f"{rate:.1f} tok/s", highlight=False)
+
+    with tempfile.TemporaryDirectory(prefix="specchat-sessions-") as work:
+        storage.make_dirs(Path(work), private=True)  # the stores hold the sessions' words
+        try:
+            outcomes = run_sessions(sessions, mode_list, launch, Path(work), via=via,
+                                    peer=plain, listener=heard)
+        finally:
+            if plain is not None:
+                plain.llm.close()
+    rows = report.summarize(outcomes, mode_list)
+    report.render(Console(stderr=json_file == "-"), rows, mode_list)
+    if json_file is not None:
+        described = {"file": str(file) if file else "<built-in sessions>", "via": via,
+                     "modes": mode_list, "max_tokens": launch.max_tokens,
+                     "model_flags": list(launch.model_flags)}
+        text = json.dumps(report.to_json(outcomes, rows, mode_list, described), indent=1)
+        if json_file == "-":
+            output.write(text + "\n")
+        else:
+            storage.atomic_write(Path(json_file), text + "\n")
+            print(f"specchat: wrote {json_file}", file=sys.stderr)
+
+
+def _chosen(sessions: list[Session], categories: str | None,
+            limit: int | None) -> list[Session]:
+    if categories:
+        wanted = {c.strip() for c in categories.split(",") if c.strip()}
+        known = {s.category for s in sessions}
+        if wanted - known:
+            raise UsageError(f"no session of categor{'y' if len(wanted - known) == 1 else 'ies'}"
+                             f" {', '.join(sorted(wanted - known))}; these have: "
+                             f"{', '.join(sorted(known))}")
+        sessions = [s for s in sessions if s.category in wanted]
+    if limit is not None:
+        if limit < 2:
+            raise UsageError("--limit with --sessions counts requests per session: give at "
+                             "least 2 (the first only fills the store)")
+        sessions = [Session(s.name, s.category, s.system, s.requests[:limit])
+                    for s in sessions]
+    return sessions
+
+
+def _model_flags(settings: Settings) -> tuple[str, ...]:
+    flags: list[str] = []
+    for name in PASSED_ON:
+        value = settings[name]
+        if value is not None:
+            flags += [BY_NAME[name].flag, BY_NAME[name].show(value)]
+    return tuple(flags)
+
+
+def _peer(settings: Settings) -> ChatCompletionPeer | None:
+    """llama-cpp-python's Llama on the target file, in this process (bench/peer.py)."""
+    from specchat.llm import plain_chat_llama
+    from specchat.llm.ggml import default_threads
+    from specchat.models import DEFAULT_TARGET, resolve_model
+
+    path = resolve_model(settings["model"] or DEFAULT_TARGET, quiet=True)
+    try:
+        llm: Any = plain_chat_llama(str(path), n_ctx=settings["ctx"] or 4096,
+                                    n_threads=settings["threads"] or default_threads(),
+                                    n_gpu_layers=settings["n_gpu_layers"])
+    except (ModelError, ValueError) as exc:
+        print(f"specchat: note: the llama-cpp baseline is left out: {exc}", file=sys.stderr)
+        return None
+    return ChatCompletionPeer(llm)

@@ -1,0 +1,316 @@
+"""Drafts from what was written before: the store of earlier prompts and answers.
+
+Each step the context's suffix is looked up in the store (engine/suffix.py); what followed
+its occurrences becomes a trie of candidates (engine.suffix.CandidateTree), every node with
+the (recency-weighted) occurrences that continued that way. How often such a node holds
+depends most on whether the occurrences agree there (a sole continuation, or competing
+ones) and on how many support it, then on how long the match is (docs/drafting.md has the
+table): one earlier answer that went on with "x" says less than three that all did. So each
+node is calibrated by what was observed for its kind (match-length bucket x support class):
+P(the target writes this node's token | it wrote the parent's). Those observations cost
+nothing: the candidates are a function of the context, so the tokens the target then
+commits score every candidate of the last lookup, drafted or not (the same argument as
+auto's shadow scoring of lookups).
+
+From the calibrated nodes the plan takes the subtree that maximises expected tokens per
+second on the cost table: nodes by the probability of reaching them, one at a time, as long
+as tokens per second grow (a chain where the target verifies chains only, or where one
+branch is best). On a CPU, where every verified token costs most of a step, that is a short
+chain from long, consistent matches; priced like a GPU, a wide tree.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specchat.engine.cost import AcceptanceModel, CostTable
+from specchat.engine.drafters import HISTORY, PROMPT, Draft
+from specchat.engine.suffix import (
+    CandidateTree,
+    ContextIndex,
+    Matches,
+    SuffixIndex,
+    continuation_tree,
+)
+from specchat.engine.tree import TreeDraft
+
+MAX_OCCURRENCES = 24  # most recent occurrences of a suffix that vote on continuations
+DEPTH = 16  # how far each occurrence's continuation is followed
+MAX_NODES = 64  # most candidates verified in one batch
+RECENCY = 0.93  # weight of the i-th most recent occurrence: RECENCY ** i
+SIBLING_MASS = 0.98  # the calibrated children of a node never claim more than this
+MIN_REACH = 0.02  # nodes the target is less likely to reach are never worth a batch row
+FIT_DECAY = 0.8  # per step: how fast the pooled hits/predicted ratio forgets
+FIT_PRIOR = 3.0  # predicted hits' worth of trust in the calibration before any evidence
+MATCH_BUCKETS = (3, 4, 6, 10)  # edges of the matched length (lookup match + depth - 1)
+# Support classes: competing continuations followed by one occurrence / by more; a sole
+# continuation followed by one, two, three or more.
+CONTESTED_ONE, CONTESTED_MORE, SOLE_ONE, SOLE_TWO, SOLE_MORE = range(5)
+# P(the target writes the node's token | it wrote the parent's), before observations, by
+# length bucket and support class: the built-in sessions' lookups (docs/drafting.md),
+# rounded down. Refined by what each process observes (and kept across processes).
+HISTORY_PRIORS = (
+    (0.12, 0.20, 0.55, 0.80, 0.85),
+    (0.08, 0.15, 0.62, 0.82, 0.92),
+    (0.10, 0.20, 0.68, 0.72, 0.92),
+    (0.12, 0.30, 0.85, 0.92, 0.96),
+    (0.10, 0.30, 0.85, 0.92, 0.96),
+)
+
+
+_BUCKET_EDGES = np.asarray(MATCH_BUCKETS)
+
+
+def length_bucket(length: np.ndarray) -> np.ndarray:
+    return np.searchsorted(_BUCKET_EDGES, length, side="right")
+
+
+def support_class(tree: CandidateTree) -> np.ndarray:
+    """Each node's support class: whether it is its parent's only child, and how many
+    occurrences continued through it."""
+    siblings = np.bincount(tree.parent + 1, minlength=len(tree) + 1)[tree.parent + 1]
+    sole = siblings == 1
+    more = np.minimum(tree.count, 3)
+    return np.where(sole, SOLE_ONE + more - 1, np.where(more > 1, CONTESTED_MORE,
+                                                        CONTESTED_ONE))
+
+
+def history_prior(bucket: int, support: int) -> float:
+    return HISTORY_PRIORS[bucket][support]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the history would draft this step, and what auto may expect of it."""
+
+    draft: Draft | TreeDraft
+    expected_speedup: float  # E(tokens)/T over a plain step's 1/T(0)
+    depth: int  # the deepest drafted node
+
+
+@dataclass
+class _Shadow:
+    """The candidates of the last lookup, to be scored against what the target wrote."""
+
+    start: int  # len(context) when they were proposed
+    tree: CandidateTree
+    bucket: np.ndarray  # calibration key of every node: (length bucket, support class)
+    support: np.ndarray
+    predicted: np.ndarray  # the conditional acceptance the plan assumed for every node
+
+
+Models = Callable[[Hashable], AcceptanceModel]
+
+
+class HistoryDrafter:
+    """Plans drafts from a SuffixIndex over the store (see the module docstring)."""
+
+    def __init__(self, index: SuffixIndex, models: Models, branches: int = 1) -> None:
+        self.index = index
+        self.context = ContextIndex(index.n_vocab, index.k)
+        self.models = models
+        self.branches = max(1, branches)
+        self._shadow: _Shadow | None = None
+        self.lookup_seconds = 0.0  # running mean of one plan's cost, charged to drafting
+        self._rates: np.ndarray | None = None  # calibrated rate per (bucket, class), cached
+        self._stale: set[tuple[int, int]] = set()  # entries of _rates observed since
+        # Hits and predicted hits of recently scored candidates (decaying): how far this
+        # text departs from the calibration, pooled over every kind of node.
+        self._hits = self._predicted = 0.0
+
+    @staticmethod
+    def key(bucket: int, support: int) -> tuple[str, int, int]:
+        return ("history", int(bucket), int(support))
+
+    def rates(self) -> np.ndarray:
+        """The calibrated acceptance of every (length bucket, support class)."""
+        if self._rates is None:
+            self._rates = np.array([[self.models(self.key(b, s)).rate(1)
+                                     for s in range(len(HISTORY_PRIORS[0]))]
+                                    for b in range(len(HISTORY_PRIORS))])
+            self._stale.clear()
+        for b, s in self._stale:
+            self._rates[b, s] = self.models(self.key(b, s)).rate(1)
+        self._stale.clear()
+        return self._rates
+
+    def plan(self, context: Sequence[int], limit: int, costs: CostTable,
+             overhead: float = 0.0, clock: Callable[[], float] = time.perf_counter
+             ) -> Plan | None:
+        """The best draft from the store at most `limit` deep, or None (no match, or no
+        draft expected to beat a plain step)."""
+        start = clock()
+        self.observe(context)
+        found = self._candidates(context)
+        plan = None
+        if found is not None and limit > 0:
+            self._shadow, reach = found
+            tree = self._shadow.tree
+            seconds = overhead + self.lookup_seconds
+            plan = _best_subtree(tree, reach, costs, seconds, limit, self.branches)
+        self.lookup_seconds += 0.1 * ((clock() - start) - self.lookup_seconds)
+        return plan
+
+    @property
+    def last_candidates(self) -> tuple[CandidateTree, np.ndarray, np.ndarray] | None:
+        """The last lookup's trie with each node's length bucket and support class (for
+        statistics: benchmarks/sessions.py lookups); None before a lookup or after it was
+        scored."""
+        s = self._shadow
+        return None if s is None else (s.tree, s.bucket, s.support)
+
+    def observe(self, context: Sequence[int]) -> None:
+        """Score the last lookup's candidates against the tokens committed since: each child
+        of a node the target reached is one trial for its kind, a hit when it is the token
+        the target wrote there."""
+        shadow, self._shadow = self._shadow, None
+        if shadow is None or len(context) <= shadow.start:
+            return
+        tree = shadow.tree
+        self._hits *= FIT_DECAY
+        self._predicted *= FIT_DECAY
+        node = -1
+        for token in context[shadow.start:]:
+            kids = np.flatnonzero(tree.parent == node)
+            if not len(kids):
+                return
+            hit = -1
+            for c in kids:
+                ok = int(tree.tokens[c]) == token
+                key = (int(shadow.bucket[c]), int(shadow.support[c]))
+                self.models(self.key(*key)).observe(1, int(ok))
+                self._stale.add(key)
+                self._hits += ok
+                self._predicted += float(shadow.predicted[c])
+                hit = int(c) if ok else hit
+            if hit < 0:
+                return
+            node = hit
+
+    def _variable(self, m: Matches, candidates: np.ndarray) -> np.ndarray:
+        """Which of `candidates` (occurrences in the store) are followed by two tokens their
+        earlier answer had copied from its own request, and this request does not hold: a
+        value (a name, an id) that this answer will copy from its own request instead, so
+        they do not vote on what comes next here (docs/drafting.md has the numbers)."""
+        out = np.zeros(len(m), dtype=bool)
+        idx = np.flatnonzero(candidates)
+        idx = idx[[not self.context.has_pair(a, b) for a, b in m.following[idx, :2].tolist()]]
+        if len(idx):
+            out[idx] = self.index.copied(m.segment[idx], m.position[idx], m.following[idx])
+        return out
+
+    def _candidates(self, context: Sequence[int]) -> tuple[_Shadow, np.ndarray] | None:
+        """The trie of continuations with each node's calibration key, and the calibrated
+        probability that the target reaches each node."""
+        self.context.sync(context)
+        # This answer's own occurrences first (the most recent), then the store's.
+        found = [(m, from_store) for m, from_store in (
+            (self.context.lookup(max_occurrences=MAX_OCCURRENCES, depth=DEPTH), False),
+            (self.index.lookup(context, max_occurrences=MAX_OCCURRENCES, depth=DEPTH), True))
+            if m is not None]
+        if not found:
+            return None
+        m = Matches.joined([f for f, _ in found])
+        stored = m.segment >= 0
+        # The longest matches speak for the context; shorter ones only when nothing longer
+        # was found (a suffix tree's deepest node, with its counts). Copies of one text
+        # count once (the most recent).
+        best = int(m.length.max())
+        chosen = m.length >= min(best, max(self.index.k, best - 2))
+        first = np.zeros(len(m), dtype=bool)
+        first[np.unique(m.text, return_index=True)[1]] = True
+        chosen &= first
+        chosen &= ~self._variable(m, chosen & stored)
+        if not chosen.any():
+            return None
+        rows = m.following[chosen]
+        weights = RECENCY ** np.arange(len(rows), dtype=np.float64)
+        tree = continuation_tree(rows, weights, (stored[chosen],))
+        if not len(tree):
+            return None
+        bucket = length_bucket(best + tree.depth - 1)
+        support = support_class(tree)
+        fit = (self._hits + FIT_PRIOR) / (self._predicted + FIT_PRIOR)
+        rates = np.minimum(self.rates()[bucket, support] * min(fit, 1.0), 0.99)
+        cond, reach = _reach(tree, rates)
+        return _Shadow(len(context), tree, bucket, support, cond), reach
+
+
+def _reach(tree: CandidateTree, rates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's conditional acceptance (siblings scaled so that they never claim more
+    than SIBLING_MASS together) and P(the target walks to it): their product along its
+    path."""
+    mass = np.bincount(tree.parent + 1, weights=rates, minlength=len(tree) + 1)
+    scale = np.minimum(1.0, SIBLING_MASS / np.maximum(mass[tree.parent + 1], 1e-12))
+    cond = rates * scale
+    # Along each occurrence's path the product of the nodes' rates: every node is on some
+    # occurrence's path, and all paths through a node agree on its ancestors.
+    ids = tree.paths
+    on = ids >= 0
+    products = np.cumprod(np.where(on, cond[np.maximum(ids, 0)], 1.0), axis=1)
+    reach = np.empty(len(tree))
+    reach[ids[on]] = products[on]
+    return cond, reach
+
+
+def _best_subtree(tree: CandidateTree, reach: np.ndarray, costs: CostTable,
+                  overhead: float, limit: int, branches: int) -> Plan | None:
+    """Nodes in order of reach, within `limit` depth and `branches` leaves, for as long as
+    expected tokens per second keep the best value seen; None when a plain step is best."""
+    order = np.lexsort((tree.depth, -reach))[: MAX_NODES + 16]
+    order = order[reach[order] >= MIN_REACH]
+    plain = 1.0 / (costs.cost(1) + overhead)
+    taken: list[int] = []
+    chosen: set[int] = set()
+    has_kids: set[int] = set()  # -1 once a child of the root is taken
+    leaves = 0
+    tokens, best, best_n = 1.0, 1.0, 0
+    for i in (int(x) for x in order):
+        par = int(tree.parent[i])
+        if tree.depth[i] > limit or (par >= 0 and par not in chosen):
+            continue
+        sibling = par in has_kids  # a new branch: one more leaf (else it extends a leaf)
+        if sibling and leaves >= branches:
+            continue
+        leaves += 1 if sibling or not taken else 0
+        has_kids.add(par)
+        taken.append(i)
+        chosen.add(i)
+        tokens += float(reach[i])
+        gain = tokens / (costs.cost(len(taken) + 1) + overhead) / plain
+        if gain > best:
+            best, best_n = gain, len(taken)
+        if len(taken) >= MAX_NODES:
+            break
+    if best_n == 0:
+        return None
+    return Plan(_as_draft(tree, taken[:best_n], reach), best,
+                int(max(tree.depth[i] for i in taken[:best_n])))
+
+
+def _as_draft(tree: CandidateTree, nodes: list[int], reach: np.ndarray) -> Draft | TreeDraft:
+    """The chosen nodes depth first, most likely child first (so that when the likeliest
+    branch wins, the cache ends up laid out exactly as after a chain: llm/seqtree.py)."""
+    kept = set(nodes)
+    kids: dict[int, list[int]] = {}
+    for i in nodes:
+        kids.setdefault(int(tree.parent[i]), []).append(i)
+    tokens: list[int] = []
+    parents: list[int] = []
+    stack = [(c, -1) for c in sorted(kids.get(-1, []), key=lambda c: reach[c])]
+    while stack:
+        node, parent_row = stack.pop()
+        row = len(tokens)
+        tokens.append(int(tree.tokens[node]))
+        parents.append(parent_row)
+        below = [c for c in kids.get(node, []) if c in kept]
+        stack.extend((c, row) for c in sorted(below, key=lambda c: reach[c]))
+    # Attributed to the store when any drafted node was seen there (else: this answer).
+    source = HISTORY if any(tree.marked[0][i] for i in nodes) else PROMPT
+    if all(p == i - 1 for i, p in enumerate(parents)):
+        return Draft(tuple(tokens), None, source)
+    return TreeDraft(tuple(tokens), tuple(parents), source)

@@ -1,0 +1,378 @@
+"""A suffix index over stored token records: where the context's last tokens occurred before,
+and what followed them there.
+
+A store is a list of segments (the backend reads them from disk; the engine never does I/O).
+A segment holds records of token ids, each closed by SEP, and a sorted index of every k-gram
+that has a continuation: (hash of the k tokens ending at position p, p), ordered by hash and
+then by p. A lookup hashes the context's last k tokens, finds the most recent occurrences in
+each segment by binary search (newest segment first), measures how long each match really is
+by comparing backwards, and returns what followed each occurrence.
+
+Why hashed k-grams and not a suffix tree: a full store (64 MB by default, ~4M tokens) must
+open in well under 100 ms and be written to by several processes at once. Sorted arrays in
+immutable files open by mmap in microseconds, merge with numpy, and answer a lookup with one
+binary search per segment; the backward comparison then gives the true match length (up to
+MAX_MATCH), which is what a suffix tree's depth would give.
+
+Bytes on disk are hostile: every position an index hands out is checked against its segment's
+length, and token ids the model does not have end a continuation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from itertools import pairwise
+
+import numpy as np
+
+SEP = np.uint32(0xFFFFFFFF)  # closes every record: no match or continuation crosses it
+KEY_LEN = 2  # tokens hashed per index entry: the shortest match a lookup can find
+MAX_MATCH = 32  # how far back a match is followed to measure its length
+COPY_WINDOW = 512  # how far back in its own record a continuation is looked for
+_M1 = np.uint64(0x9E3779B97F4A7C15)
+_M2 = np.uint64(0xBF58476D1CE4E5B9)
+_M3 = np.uint64(0x94D049BB133111EB)
+
+
+def kgram_keys(tokens: np.ndarray, k: int = KEY_LEN) -> np.ndarray:
+    """Hash of tokens[p-k+1 .. p] for every p >= k-1 (uint64, len(tokens) - k + 1 values)."""
+    t = np.asarray(tokens, dtype=np.uint64)
+    n = len(t) - k + 1
+    if n <= 0:
+        return np.zeros(0, dtype=np.uint64)
+    return _hash([t[j: j + n] for j in range(k)], n)
+
+
+def row_keys(rows: np.ndarray) -> np.ndarray:
+    """A hash of each row of a 2-D array of token ids (-1 allowed): a sum of the tokens
+    times odd random weights, mod 2^64, then mixed. Cheap for a few dozen rows; only
+    equal rows are ever compared, so collisions just cost a little evidence."""
+    m = np.asarray(rows).astype(np.uint64)
+    weights = _row_weights(m.shape[1])
+    with np.errstate(over="ignore"):
+        h = (m * weights[None, :]).sum(axis=1, dtype=np.uint64)
+    return _finish(h)
+
+
+_WEIGHTS: dict[int, np.ndarray] = {}
+
+
+def _row_weights(n: int) -> np.ndarray:
+    if n not in _WEIGHTS:
+        rng = np.random.default_rng(0x5EED)
+        _WEIGHTS[n] = rng.integers(0, 2**63, size=n, dtype=np.uint64) * np.uint64(2) + \
+            np.uint64(1)
+    return _WEIGHTS[n]
+
+
+def _hash(columns: list[np.ndarray], n: int) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        h = np.full(n, _M1, dtype=np.uint64)
+        for col in columns:
+            h = (h ^ col) * _M2
+            h ^= h >> np.uint64(31)
+    return _finish(h)
+
+
+def _finish(h: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        h = (h ^ (h >> np.uint64(29))) * _M3
+        return h ^ (h >> np.uint64(32))
+
+
+def build_index(tokens: np.ndarray, k: int = KEY_LEN) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, positions) of a segment's tokens: every k-gram without SEP that is followed by
+    a token, sorted by key and then position (so a key's most recent occurrence is last)."""
+    t = np.asarray(tokens, dtype=np.uint32)
+    n = len(t)
+    if n <= k:
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint32)
+    keys = kgram_keys(t, k)[:-1]  # the k-gram ending at the last token has no continuation
+    is_sep = t == SEP
+    # A k-gram ending at p is usable when none of t[p-k+1 .. p+1] is SEP.
+    window = np.convolve(is_sep.astype(np.int32), np.ones(k + 1, dtype=np.int32), "valid")
+    ok = window == 0
+    pos = np.flatnonzero(ok).astype(np.uint32) + np.uint32(k - 1)
+    keys = keys[ok]
+    order = np.lexsort((pos, keys))
+    return keys[order], pos[order]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One immutable part of a store: tokens (records closed by SEP) and their k-gram index."""
+
+    tokens: np.ndarray  # uint32
+    keys: np.ndarray  # uint64, sorted
+    positions: np.ndarray  # uint32, position of each key's last token
+
+    @classmethod
+    def of_records(cls, records: Sequence[Sequence[int]], k: int = KEY_LEN) -> Segment:
+        """A segment built in memory (the backend writes these; tests use them directly)."""
+        parts: list[np.ndarray] = []
+        for record in records:
+            parts.append(np.asarray(record, dtype=np.uint32))
+            parts.append(np.array([SEP], dtype=np.uint32))
+        tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+        keys, positions = build_index(tokens, k)
+        return cls(tokens, keys, positions)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(frozen=True)
+class Matches:
+    """Earlier occurrences of the context's suffix, most recent first."""
+
+    length: np.ndarray  # int64 (c,): how many context tokens each occurrence matches
+    following: np.ndarray  # int64 (c, depth): the tokens that followed; -1 past the end
+    # int64 (c,): a hash of the MAX_MATCH tokens up to each occurrence and what followed:
+    # equal for copies of one text (a schema pasted into every request), which are one
+    # piece of evidence, not several.
+    text: np.ndarray
+    # int64 (c,): where each occurrence is: the index of its segment (-1: the context) and
+    # its position there (SuffixIndex.copied asks more of it).
+    segment: np.ndarray
+    position: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.length)
+
+    def select(self, rows: np.ndarray) -> Matches:
+        return Matches(self.length[rows], self.following[rows], self.text[rows],
+                       self.segment[rows], self.position[rows])
+
+    @staticmethod
+    def joined(parts: Sequence[Matches]) -> Matches:
+        if len(parts) == 1:
+            return parts[0]
+        return Matches(*(np.concatenate([getattr(p, f.name) for p in parts])
+                         for f in fields(Matches)))
+
+
+class SuffixIndex:
+    """Lookups over a store's segments, oldest first (later segments are more recent)."""
+
+    def __init__(self, segments: Sequence[Segment], n_vocab: int, k: int = KEY_LEN) -> None:
+        self.segments = [s for s in segments if len(s.keys)]
+        self.n_vocab = n_vocab
+        self.k = k
+
+    @property
+    def empty(self) -> bool:
+        return not self.segments
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(s) for s in self.segments)
+
+    def lookup(self, context: Sequence[int], *, max_occurrences: int = 48,
+               depth: int = 16) -> Matches | None:
+        """Up to `max_occurrences` most recent occurrences of the context's last k tokens,
+        each with its match length and the `depth` tokens that followed; None if none."""
+        k = self.k
+        if len(context) < k or self.empty:
+            return None
+        tail = np.asarray(context[-MAX_MATCH:], dtype=np.int64)
+        key = kgram_keys(tail[-k:], k)[0]
+        # [key, key + 1) in one binary search per segment (the last hash has no successor)
+        bounds = np.array([key, key + np.uint64(1)], dtype=np.uint64) \
+            if key < np.iinfo(np.uint64).max else None
+        windows: list[np.ndarray] = []  # MAX_MATCH tokens up to each occurrence, then `depth`
+        where: list[tuple[int, np.ndarray]] = []
+        offsets = np.arange(-MAX_MATCH + 1, depth + 1)[None, :]
+        left = max_occurrences
+        for at in range(len(self.segments) - 1, -1, -1):
+            seg = self.segments[at]
+            if bounds is not None:
+                lo, hi = (int(i) for i in seg.keys.searchsorted(bounds))
+            else:
+                lo, hi = int(seg.keys.searchsorted(key)), len(seg.keys)
+            lo = max(lo, hi - left)
+            if hi <= lo:
+                continue
+            pos = seg.positions[lo:hi][::-1].astype(np.int64)  # most recent first
+            pos = pos[(pos >= k - 1) & (pos + 1 < len(seg.tokens))]  # hostile bytes
+            windows.append(_window(seg.tokens, pos[:, None] + offsets))
+            where.append((at, pos))
+            left -= len(pos)
+            if left <= 0:
+                break
+        if not where:
+            return None
+        both = np.concatenate(windows)
+        found = _measured(both[:, MAX_MATCH - 1::-1], both[:, MAX_MATCH:], tail, self.n_vocab,
+                          np.concatenate([np.full(len(p), at) for at, p in where]),
+                          np.concatenate([p for _, p in where]))
+        keep = found.length >= k  # a hash collision matches nothing
+        return found.select(keep) if keep.any() else None
+
+    def copied(self, segment: np.ndarray, position: np.ndarray, following: np.ndarray
+               ) -> np.ndarray:
+        """For occurrences in the store: whether the first two tokens that followed each
+        appear within COPY_WINDOW tokens before it in its own record. The earlier answer
+        copied them from its request (a name, an id), so this request will copy something
+        of its own there."""
+        out = np.zeros(len(segment), dtype=bool)
+        for s in np.unique(segment):
+            rows = np.flatnonzero(segment == s)
+            out[rows] = _copied(self.segments[int(s)].tokens, position[rows], following[rows])
+        return out
+
+
+class ContextIndex:
+    """The k-grams of the context (prompt and answer so far), kept as it grows: the same
+    lookups as SuffixIndex, over the tokens of this answer. A k-gram is indexed once a token
+    follows it, so the context's own suffix never matches itself."""
+
+    def __init__(self, n_vocab: int, k: int = KEY_LEN) -> None:
+        self.n_vocab = n_vocab
+        self.k = k
+        self._buf = np.zeros(1024, dtype=np.int64)
+        self._n = 0
+        self._at: dict[tuple[int, ...], list[int]] = {}
+        self._pairs: set[tuple[int, int]] = set()  # every two adjacent tokens
+
+    def sync(self, context: Sequence[int]) -> None:
+        """Take in what the context gained; start over if it is not an extension."""
+        n = self._n
+        if n > len(context) or (n and context[n - 1] != self._buf[n - 1]):
+            self._n, self._at, self._pairs, n = 0, {}, set(), 0
+        if len(context) > len(self._buf):
+            grown = np.zeros(max(len(context), 2 * len(self._buf)), dtype=np.int64)
+            grown[:n] = self._buf[:n]
+            self._buf = grown
+        self._buf[n:len(context)] = context[n:]
+        k, at, buf = self.k, self._at, self._buf
+        for j in range(max(n, k), len(context)):
+            at.setdefault(tuple(buf[j - k:j].tolist()), []).append(j - 1)
+        new = buf[max(n - 1, 0):len(context)].tolist()
+        self._pairs.update(pairwise(new))
+        self._n = len(context)
+
+    def lookup(self, *, max_occurrences: int, depth: int) -> Matches | None:
+        """Like SuffixIndex.lookup, for the synced context's own suffix."""
+        n, k = self._n, self.k
+        if n < k:
+            return None
+        found = self._at.get(tuple(self._buf[n - k:n].tolist()))
+        if not found:
+            return None
+        pos = np.asarray(found[-max_occurrences:][::-1], dtype=np.int64)
+        tokens = self._buf[:n]
+        return _occurrences(tokens, pos, tokens[-MAX_MATCH:], depth, self.n_vocab, -1)
+
+    def has_pair(self, first: int, second: int) -> bool:
+        """Whether these two tokens occur next to each other in the context."""
+        return (int(first), int(second)) in self._pairs
+
+
+def _occurrences(tokens: np.ndarray, pos: np.ndarray, tail: np.ndarray, depth: int,
+                 n_vocab: int, segment: int) -> Matches:
+    """Match length, continuation and text hash of each position (see Matches)."""
+    back = _window(tokens, pos[:, None] - np.arange(MAX_MATCH)[None, :])
+    ahead = _window(tokens, pos[:, None] + 1 + np.arange(depth)[None, :])
+    return _measured(back, ahead, tail, n_vocab, np.full(len(pos), segment), pos)
+
+
+def _measured(back: np.ndarray, ahead: np.ndarray, tail: np.ndarray, n_vocab: int,
+              segment: np.ndarray, pos: np.ndarray) -> Matches:
+    """Matches from the MAX_MATCH tokens up to each occurrence (newest first) and the
+    tokens after it: the match length against `tail`, continuations cut at the first SEP
+    or unknown id, and the text hash."""
+    back[np.logical_or.accumulate(back == SEP, axis=1)] = -1  # nothing before the record
+    same = (back == tail[::-1][None, :]) if len(tail) == MAX_MATCH else \
+        np.concatenate([back[:, :len(tail)] == tail[::-1][None, :],
+                        np.zeros((len(pos), MAX_MATCH - len(tail)), dtype=bool)], axis=1)
+    length = np.logical_and.accumulate(same, axis=1).sum(axis=1)
+    bad = np.logical_or.accumulate((ahead < 0) | (ahead >= n_vocab), axis=1)
+    ahead[bad] = -1
+    text = row_keys(np.concatenate([back, ahead], axis=1))
+    return Matches(length, ahead, text.view(np.int64), segment, pos)
+
+
+def _copied(tokens: np.ndarray, pos: np.ndarray, ahead: np.ndarray) -> np.ndarray:
+    """Whether ahead[:, :2] occurs within COPY_WINDOW tokens before each position, in the
+    same record (no SEP in between)."""
+    if ahead.shape[1] < 2:
+        return np.zeros(len(pos), dtype=bool)
+    win = _window(tokens, pos[:, None] - np.arange(COPY_WINDOW, 0, -1)[None, :])
+    inside = ~np.logical_or.accumulate(((win < 0) | (win == SEP))[:, ::-1], axis=1)[:, ::-1]
+    pair = (win[:, :-1] == ahead[:, :1]) & (win[:, 1:] == ahead[:, 1:2]) & inside[:, :-1]
+    return pair.any(axis=1) & (ahead[:, 1] >= 0)
+
+
+def _window(tokens: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """tokens[idx] as int64, -1 where idx falls outside the array (SEP stays as it is)."""
+    out = tokens.take(idx, mode="clip").astype(np.int64)
+    out[(idx < 0) | (idx >= len(tokens))] = -1
+    return out
+
+
+@dataclass(frozen=True)
+class CandidateTree:
+    """The distinct continuations of a set of occurrences as a trie, parents before children.
+
+    `weight[i]` is the summed weight of the occurrences whose continuation passes node i,
+    `total` that of all occurrences (the root's); `parent` is -1 for the root's children.
+    """
+
+    tokens: np.ndarray  # int64 (n,)
+    parent: np.ndarray  # int64 (n,)
+    depth: np.ndarray  # int64 (n,), 1 for the root's children
+    weight: np.ndarray  # float64 (n,)
+    count: np.ndarray  # int64 (n,): occurrences through the node
+    total: float
+    # int64 (n,) per mark: of those occurrences, how many the mark flags (from the store...)
+    marked: tuple[np.ndarray, ...] = ()
+    # int64 (rows, depth): the node each occurrence's continuation reaches at each depth
+    # (-1 past its end), rows in the order they were given: paths for products along them.
+    paths: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def continuation_tree(following: np.ndarray, weights: np.ndarray,
+                      marks: Sequence[np.ndarray] = ()) -> CandidateTree:
+    """The trie of `following` rows (-1 pads a row's end), weighting each row by `weights`
+    and counting, per node and per mark, the rows that mark flags."""
+    c, depth = following.shape
+    if c == 0 or depth == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return CandidateTree(empty, empty, empty, np.zeros(0), empty, 0.0,
+                             tuple(empty for _ in marks))
+    order = np.lexsort(following.T[::-1])
+    rows = following[order]
+    w = np.asarray(weights, dtype=np.float64)[order]
+    valid = rows >= 0
+    # A row opens a new node at depth d when its prefix up to d differs from the row before.
+    diff = np.ones_like(rows, dtype=bool)
+    diff[1:] = np.logical_or.accumulate(rows[1:] != rows[:-1], axis=1)
+    opens = diff & valid
+    per_depth = opens.sum(axis=0)
+    offsets = np.concatenate(([0], np.cumsum(per_depth)[:-1]))
+    ids = np.cumsum(opens, axis=0) - 1 + offsets[None, :]
+    ids[~valid] = -1
+    n = int(per_depth.sum())
+    flat = ids[valid]
+    tokens = np.empty(n, dtype=np.int64)
+    tokens[flat] = rows[valid]
+    parents_of = np.full_like(ids, -1)
+    parents_of[:, 1:] = ids[:, :-1]
+    parent = np.empty(n, dtype=np.int64)
+    parent[flat] = parents_of[valid]
+    node_depth = np.empty(n, dtype=np.int64)
+    node_depth[flat] = np.broadcast_to(np.arange(1, depth + 1), rows.shape)[valid]
+    weight = np.bincount(flat, weights=np.broadcast_to(w[:, None], rows.shape)[valid],
+                         minlength=n)
+    count = np.bincount(flat, minlength=n)
+    marked = tuple(np.bincount(flat, weights=np.broadcast_to(
+        np.asarray(m, bool)[order][:, None], rows.shape)[valid], minlength=n).astype(np.int64)
+        for m in marks)
+    paths = np.empty_like(ids)
+    paths[order] = ids
+    return CandidateTree(tokens, parent, node_depth, weight, count, float(w.sum()), marked,
+                         paths)

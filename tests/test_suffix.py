@@ -1,0 +1,168 @@
+"""The suffix index over stored records and the live context, against brute force."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specchat.engine.suffix import (
+    MAX_MATCH,
+    SEP,
+    ContextIndex,
+    Segment,
+    SuffixIndex,
+    continuation_tree,
+)
+
+
+def naive_occurrences(records: list[list[int]], context: list[int], k: int,
+                      depth: int) -> list[tuple[int, list[int]]]:
+    """(match length, continuation) of every occurrence of the context's last k tokens,
+    most recent first, by scanning."""
+    found = []
+    for rec in records:
+        for p in range(k - 1, len(rec) - 1):
+            if rec[p - k + 1: p + 1] != context[-k:]:
+                continue
+            m = 0
+            while m < min(MAX_MATCH, len(context)) and p - m >= 0 and \
+                    rec[p - m] == context[-1 - m]:
+                m += 1
+            found.append((m, rec[p + 1: p + 1 + depth]))
+    return found[::-1]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_lookup_finds_every_occurrence_with_its_true_match_length(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    records = [list(rng.integers(0, 6, size=rng.integers(5, 60))) for _ in range(8)]
+    records = [[int(t) for t in r] for r in records]
+    index = SuffixIndex([Segment.of_records(records[:4]), Segment.of_records(records[4:])],
+                        n_vocab=6, k=2)
+    for _ in range(30):
+        context = [int(t) for t in rng.integers(0, 6, size=rng.integers(2, 40))]
+        want = naive_occurrences(records, context, 2, 5)
+        got = index.lookup(context, max_occurrences=10_000, depth=5)
+        if not want:
+            assert got is None
+            continue
+        assert got is not None
+        rows = [[int(t) for t in row if t >= 0] for row in got.following]
+        assert sorted(zip(got.length.tolist(), map(tuple, rows), strict=True)) == \
+            sorted((m, tuple(c)) for m, c in want)
+
+
+def test_the_most_recent_occurrences_come_first_and_the_cap_keeps_them() -> None:
+    old = Segment.of_records([[1, 2, 10], [1, 2, 11]])
+    new = Segment.of_records([[1, 2, 12], [1, 2, 13]])
+    index = SuffixIndex([old, new], n_vocab=20, k=2)
+    found = index.lookup([5, 1, 2], max_occurrences=3, depth=1)
+    assert found is not None
+    assert found.following[:, 0].tolist() == [13, 12, 11]
+
+
+def test_continuations_never_cross_a_record_or_reach_unknown_ids() -> None:
+    seg = Segment.of_records([[1, 2, 3], [4, 1, 2, 99, 5]])
+    index = SuffixIndex([seg], n_vocab=50, k=2)
+    found = index.lookup([1, 2], max_occurrences=10, depth=4)
+    assert found is not None
+    # After [1, 2]: 99 is not in a 50-token vocabulary (nothing after it either); 3 then SEP.
+    assert sorted(found.following.tolist()) == [[-1, -1, -1, -1], [3, -1, -1, -1]]
+
+
+def test_hostile_segments_give_no_out_of_range_ids_and_no_crash() -> None:
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 2**32, size=500, dtype=np.uint64).astype(np.uint32)
+    keys = np.sort(rng.integers(0, 2**63, size=300, dtype=np.uint64))
+    positions = rng.integers(0, 2**32, size=300, dtype=np.uint64).astype(np.uint32)
+    honest = Segment.of_records([[1, 2, 3, 4]])
+    garbage = Segment(tokens, keys, positions)
+    index = SuffixIndex([honest, garbage], n_vocab=10, k=2)
+    for context in ([1, 2], [3, 4, 1, 2, 3], list(range(10))):
+        found = index.lookup(context, max_occurrences=100, depth=8)
+        if found is not None:
+            assert ((found.following == -1) | ((found.following >= 0) &
+                                                (found.following < 10))).all()
+
+
+def test_context_index_matches_brute_force_as_the_context_grows() -> None:
+    rng = np.random.default_rng(3)
+    tokens = [int(t) for t in rng.integers(0, 5, size=300)]
+    ctx = ContextIndex(n_vocab=5, k=2)
+    for n in range(2, len(tokens), 7):
+        context = tokens[:n]
+        ctx.sync(context)
+        got = ctx.lookup(max_occurrences=10_000, depth=3)
+        want = naive_occurrences([context], context, 2, 3)
+        if not want:
+            assert got is None
+            continue
+        assert got is not None
+        rows = [tuple(int(t) for t in row if t >= 0) for row in got.following]
+        assert sorted(zip(got.length.tolist(), rows, strict=True)) == \
+            sorted((m, tuple(c)) for m, c in want)
+    ctx.sync([4, 4, 4])  # not an extension: starts over
+    found = ctx.lookup(max_occurrences=10, depth=2)
+    assert found is not None and found.following.tolist() == [[4, -1]]
+
+
+def test_copies_of_one_text_share_a_text_hash_and_different_texts_do_not() -> None:
+    schema = [7, 8, 9, 10, 11, 12]
+    seg = Segment.of_records([[1, *schema, 2], [3, *schema, 2], [1, *schema, 5]])
+    index = SuffixIndex([seg], n_vocab=20, k=2)
+    found = index.lookup([0, 11, 12], max_occurrences=10, depth=1)
+    assert found is not None and len(found) == 3
+    by_cont = {}
+    for text, row in zip(found.text.tolist(), found.following[:, 0].tolist(), strict=True):
+        by_cont.setdefault(row, set()).add(text)
+    assert len(by_cont[2]) == 2  # same continuation, different text before: two texts
+    assert not by_cont[2] & by_cont[5]
+    again = SuffixIndex([seg, Segment.of_records([[1, *schema, 2]])], n_vocab=20, k=2)
+    found = again.lookup([0, 11, 12], max_occurrences=10, depth=1)
+    assert found is not None
+    assert len(set(found.text.tolist())) == 3  # the new copy of record 1 hashes like it
+
+
+def test_continuation_tree_is_the_trie_of_the_rows_with_weights_and_counts() -> None:
+    rows = np.array([[5, 6, 7], [5, 6, -1], [5, 9, -1], [8, -1, -1]])
+    tree = continuation_tree(rows, np.array([1.0, 0.5, 0.25, 2.0]),
+                             (np.array([True, False, False, True]),))
+    nodes = {}
+    for i in range(len(tree)):
+        path, node = [], i
+        while node >= 0:
+            path.append(int(tree.tokens[node]))
+            node = int(tree.parent[node])
+        nodes[tuple(reversed(path))] = (float(tree.weight[i]), int(tree.count[i]),
+                                        int(tree.marked[0][i]), int(tree.depth[i]))
+        assert tree.parent[i] < i  # parents come first
+    assert nodes == {(5,): (1.75, 3, 1, 1), (8,): (2.0, 1, 1, 1), (5, 6): (1.5, 2, 1, 2),
+                     (5, 9): (0.25, 1, 0, 2), (5, 6, 7): (1.0, 1, 1, 3)}
+    assert tree.total == 3.75
+    assert SEP > 2**31  # SEP is beyond every vocabulary
+
+
+def test_a_lookup_reads_as_many_tokens_in_a_huge_store_as_in_a_small_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What keeps a step's lookup cheap on a full store: one binary search per segment and
+    windows around at most max_occurrences occurrences, whatever the store holds."""
+    from specchat.engine import suffix
+
+    read: list[int] = []
+    real = suffix._window
+
+    def counting(tokens: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        read.append(idx.size)
+        return real(tokens, idx)
+
+    monkeypatch.setattr(suffix, "_window", counting)
+    rng = np.random.default_rng(0)
+
+    def touched(records: int) -> int:
+        recs = [[*map(int, rng.integers(0, 50, 200)), 1, 2, 3] for _ in range(records)]
+        index = SuffixIndex([Segment.of_records(recs[i::4]) for i in range(4)], n_vocab=60)
+        read.clear()
+        assert index.lookup([9, 1, 2], max_occurrences=24, depth=16) is not None
+        return sum(read)
+
+    assert touched(50) == touched(5000) == 24 * (MAX_MATCH + 16)
