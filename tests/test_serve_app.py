@@ -207,9 +207,9 @@ def _error(r: Any, status: int) -> dict[str, Any]:
     ({"model": "fake", "messages": HELLO, "presence_penalty": 0.5}, "presence_penalty",
      "repeat_penalty"),
     ({"model": "fake", "messages": HELLO, "temperature": -1}, "temperature", ">= 0"),
-    ({"model": "fake", "messages": HELLO, "top_p": 0}, "top_p", "top_p"),
-    ({"model": "fake", "messages": [{"role": "tool", "content": "x"}]}, "messages[0].role",
-     "system, user or assistant"),
+    ({"model": "fake", "messages": HELLO, "top_p": 1.5}, "top_p", "top_p"),
+    ({"model": "fake", "messages": [{"role": "function", "content": "x"}]},
+     "messages[0].role", "system, user, assistant or tool"),
     ({"model": "fake", "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages[0].content",
      "only text"),

@@ -13,6 +13,7 @@ from specchat.backend.base import RuntimeInfo
 from specchat.backend.cpushare import CpuShare
 from specchat.backend.gpu import gpu_key, gpu_layers
 from specchat.backend.local import Runtime
+from specchat.backend.structured import ModelGuides
 from specchat.backend.tuning import (
     Calibration,
     Tuned,
@@ -69,7 +70,7 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
         # prompt in the model's own format (documented in `ask --raw --help` and README).
         raw_tokens=lambda text: target.tokenize(text, add_special=True, parse_special=True),
         info=info, speculation_allowed=not target.is_recurrent, closers=closers,
-        settings=settings, reopen=open_runtime,
+        settings=settings, reopen=open_runtime, guides=ModelGuides(target, template),
     )
     tuned = Tuned(target, draft, target_path, draft_path, settings, calibration)
     try:

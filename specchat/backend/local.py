@@ -20,7 +20,9 @@ from specchat.backend.base import (
 )
 from specchat.backend.cpushare import CpuShare
 from specchat.backend.promptcache import PromptCache, StatefulModel
+from specchat.backend.structured import Guides, uses_tools
 from specchat.engine.auto import AutoState
+from specchat.engine.constraint import Constraint
 from specchat.engine.events import Event
 from specchat.engine.loop import Hooks, Restore, generate
 from specchat.engine.options import GenerationOptions, Spec
@@ -28,6 +30,7 @@ from specchat.engine.protocol import LogitsModel, common_prefix
 from specchat.engine.stats import Stats
 from specchat.engine.threads import ThreadGovernor
 from specchat.errors import PromptTooLong, UsageError
+from specchat.llm.tools import ToolSet
 from specchat.settings.load import LoadSettings
 
 if TYPE_CHECKING:
@@ -54,15 +57,19 @@ class Runtime(Backend):
     # switch() calls. None: built by hand, cannot switch.
     reopen: Callable[[LoadSettings, Runtime], Runtime] | None = None
     tuned: Tuned | None = None  # the loaded models as tuning measured them (open_runtime)
+    # Prompts with tools and grammars for structured answers (None: free text only)
+    guides: Guides | None = None
 
     # --- the answer path ---------------------------------------------------------------
     def stream(self, prompt: Sequence[int], options: GenerationOptions,
-               progress: ProgressCallback | None = None) -> Events:
-        """Generate an answer to `prompt` tokens; the mode comes from options.spec."""
+               progress: ProgressCallback | None = None, tools: ToolSet | None = None
+               ) -> Events:
+        """Generate an answer to `prompt` tokens; the mode comes from options.spec, the
+        grammar from options.structure or the tool choice."""
         options = self.effective_options(options)
         draft = self.draft_for(options.spec)
         hooks = Hooks(auto=self.auto, progress=progress, restore=self._restorer(draft),
-                      governor=self.governor)
+                      governor=self.governor, constraint=self._constraint(options, tools))
         events = generate(self.target, prompt, options, draft=draft, hooks=hooks)
         if self.governor is None or self.cpu_share is None:
             return events
@@ -79,6 +86,18 @@ class Runtime(Backend):
             yield from events
         finally:
             share.release()
+
+    def _constraint(self, options: GenerationOptions,
+                    tools: ToolSet | None) -> Constraint | None:
+        if options.structure is None and (tools is None or not tools.callable):
+            return None
+        return self._guides().constraint(options.structure, tools)
+
+    def _guides(self) -> Guides:
+        if self.guides is None:
+            raise UsageError(f"{self.info.target_name} cannot give structured answers here "
+                             "(no grammar support for this model)")
+        return self.guides
 
     def draft_for(self, mode: Spec) -> LogitsModel | None:
         """The draft model a mode uses (its cache is prefilled with the prompt)."""
@@ -140,12 +159,29 @@ class Runtime(Backend):
         return self.raw_tokens(text)
 
     def answer(self, messages: Sequence[Message], options: GenerationOptions,
-               progress: ProgressCallback | None = None) -> Events:
-        return self.stream(self.fitting(self.chat_tokens(messages)), options, progress=progress)
+               progress: ProgressCallback | None = None, tools: ToolSet | None = None
+               ) -> Events:
+        if uses_tools(messages, tools):
+            tokens = self._guides().prompt(messages, tools or ToolSet(()))
+        else:
+            tokens = self.chat_tokens(messages)
+        return self.stream(self.fitting(tokens), options, progress=progress, tools=tools)
 
-    def complete(self, text: str, options: GenerationOptions,
+    def complete(self, prompt: str | Sequence[int], options: GenerationOptions,
                  progress: ProgressCallback | None = None) -> Events:
-        return self.stream(self.fitting(self.raw_tokens(text)), options, progress=progress)
+        tokens = self.raw_tokens(prompt) if isinstance(prompt, str) else self._ids(prompt)
+        return self.stream(self.fitting(tokens), options, progress=progress)
+
+    def _ids(self, prompt: Sequence[int]) -> list[int]:
+        """A prompt given as token ids, each checked against the vocabulary."""
+        n = self.target.n_vocab
+        bad = next((t for t in prompt if not 0 <= t < n), None)
+        if bad is not None:
+            raise UsageError(f"prompt token {bad} is not in this model's vocabulary "
+                             f"(ids 0 to {n - 1})", param="prompt")
+        if not prompt:
+            raise UsageError("the prompt has no tokens", param="prompt")
+        return [int(t) for t in prompt]
 
     def cached_tokens(self) -> int:
         return len(self.target.tokens)
@@ -161,6 +197,11 @@ class Runtime(Backend):
 
     def effective_options(self, options: GenerationOptions) -> GenerationOptions:
         """Check the mode against what is loaded; refuse what cannot be honoured."""
+        bias = options.sampling.logit_bias
+        if bias and bias[-1][0] >= self.target.n_vocab:  # ids are sorted
+            raise UsageError(f"logit_bias names token {bias[-1][0]}, which is not in this "
+                             f"model's vocabulary (ids 0 to {self.target.n_vocab - 1})",
+                             param="logit_bias")
         if options.spec is Spec.DRAFT and self.draft is None:
             raise UsageError("--spec draft needs a draft model: pass --draft NAME_OR_PATH "
                              "(or use --spec ngram / auto)")

@@ -9,6 +9,7 @@ measured here from the streamed chunks, and the mode shows as "remote".
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -21,9 +22,10 @@ from specchat.backend.base import (
     RuntimeInfo,
 )
 from specchat.engine.events import Chunk, Finished
-from specchat.engine.options import GenerationOptions
-from specchat.engine.stats import Stats
+from specchat.engine.options import GenerationOptions, Structure
+from specchat.engine.stats import SPECULATION, Stats
 from specchat.errors import SpecchatError, UsageError
+from specchat.llm.tools import ToolSet
 
 REMOTE = "remote"
 # OpenAI's finish reasons in the engine's words ("stop" covers both a stop string and the
@@ -72,14 +74,19 @@ class RemoteRuntime(Backend):
         return None  # the server enforces its own context (and says so)
 
     def answer(self, messages: Sequence[Message], options: GenerationOptions,
-               progress: ProgressCallback | None = None) -> Events:
+               progress: ProgressCallback | None = None, tools: ToolSet | None = None
+               ) -> Events:
+        if tools is not None:
+            raise UsageError("tools are not passed on to --endpoint servers here: call the "
+                             "server's API directly")
         # The server reads the prompt: there is no local prefill to report on.
         request = dict(model=self.model, messages=list(messages), **self._fields(options))
         return self._events(lambda: self.client.chat.completions.create(**request),
                             lambda choice: choice.delta.content)
 
-    def complete(self, text: str, options: GenerationOptions,
+    def complete(self, prompt: str | Sequence[int], options: GenerationOptions,
                  progress: ProgressCallback | None = None) -> Events:
+        text = prompt if isinstance(prompt, str) else [int(t) for t in prompt]
         request = dict(model=self.model, prompt=text, **self._fields(options))
         return self._events(lambda: self.client.completions.create(**request),
                             lambda choice: choice.text)
@@ -99,8 +106,11 @@ class RemoteRuntime(Backend):
     # --- the request and the stream -----------------------------------------------------
     @staticmethod
     def _fields(options: GenerationOptions) -> dict[str, Any]:
-        """OpenAI fields; specchat's other sampling options only when they are not off,
-        because some servers refuse fields they do not know."""
+        """OpenAI fields, and every other sampler setting too, "off" values included: a
+        server fills what it is not sent with its own defaults (llama-cpp-python's server:
+        top_k 40, min_p 0.05, repeat_penalty 1.1), which would change even a temperature-0
+        answer. Servers that do not know a field ignore it (llama-server, vLLM and
+        llama-cpp-python's server all do)."""
         s = options.sampling
         fields: dict[str, Any] = {"max_tokens": options.max_tokens, "temperature":
                                   s.temperature, "top_p": s.top_p, "stream": True,
@@ -109,15 +119,18 @@ class RemoteRuntime(Backend):
             fields["seed"] = s.seed
         if options.stop:
             fields["stop"] = list(options.stop)
-        extra: dict[str, Any] = {}
-        if s.top_k:
-            extra["top_k"] = s.top_k
-        if s.min_p:
-            extra["min_p"] = s.min_p
-        if s.repeat_penalty != 1.0:  # llama-server's and vLLM's names for the same penalty
-            extra.update(repeat_penalty=s.repeat_penalty, repetition_penalty=s.repeat_penalty)
-        if extra:
-            fields["extra_body"] = extra
+        if s.logit_bias:
+            fields["logit_bias"] = {str(t): b for t, b in s.logit_bias}
+        if options.structure is not None:
+            fields["response_format"] = _response_format(options.structure)
+        # llama-server's and vLLM's names for the same penalty; llama.cpp's window.
+        extra: dict[str, Any] = {"top_k": s.top_k, "min_p": s.min_p,
+                                 "repeat_penalty": s.repeat_penalty,
+                                 "repetition_penalty": s.repeat_penalty,
+                                 "repeat_last_n": s.repeat_last_n}
+        if options.structure is not None and options.structure.kind == "grammar":
+            extra["grammar"] = options.structure.text  # llama-server's own field
+        fields["extra_body"] = extra
         return fields
 
     def _events(self, start: Any, text_of: Any) -> Events:
@@ -130,19 +143,30 @@ class RemoteRuntime(Backend):
                 for chunk in stream:
                     if chunk.choices:
                         choice = chunk.choices[0]
-                        text = text_of(choice) or ""
-                        live.saw(text, getattr(chunk, "model_extra", None) or {},
-                                 choice.finish_reason)
+                        text = live.saw(text_of(choice) or "",
+                                        getattr(chunk, "model_extra", None) or {},
+                                        choice.finish_reason)
                         if text:
                             yield Chunk(text, (), (), live.stats())
                     if chunk.usage is not None:
                         live.usage(chunk.usage)
         finally:
             stream.close()  # a closed generator (Ctrl-C) tells the server to stop
+        tail = live.end()
+        if tail:
+            yield Chunk(tail, (), (), live.stats())
         yield Finished(REASONS.get(live.reason or "stop", "eog"), live.text, (), live.stats())
 
     def _errors(self) -> Any:
         return _Translate(self._openai, self.url)
+
+
+def _response_format(structure: Structure) -> dict[str, Any]:
+    """OpenAI's response_format for a Structure (a grammar goes as llama-server's field)."""
+    if structure.kind == "json_schema":
+        return {"type": "json_schema", "json_schema": {
+            "name": "answer", "schema": json.loads(structure.text), "strict": structure.strict}}
+    return {"type": "json_object"} if structure.kind == "json" else {"type": "text"}
 
 
 # What specchat serve reports of its engine's Stats (usage.speculative).
@@ -162,20 +186,37 @@ class _Live:
         self.reason: str | None = None
         self.server: dict[str, Any] = {}
         self.counts: dict[str, int] = {}
+        self._held = ""  # trailing U+FFFD, shown only if the answer was not cut
 
     @property
     def text(self) -> str:
         return "".join(self.parts)
 
-    def saw(self, text: str, extra: dict[str, Any], reason: str | None) -> None:
+    def saw(self, text: str, extra: dict[str, Any], reason: str | None) -> str:
+        """Take in a streamed chunk; return the text to show now. A trailing U+FFFD waits:
+        a server that cut the answer at max_tokens in the middle of a character sends one,
+        and it is dropped then (end())."""
         now = time.perf_counter()
         if text:
             self.first = self.first or now
-            self.parts.append(text)
             self.chunks += 1
+        pending = self._held + text
+        shown = pending.rstrip("\ufffd")
+        self._held = pending[len(shown):]
+        if shown:
+            self.parts.append(shown)
         if isinstance(extra.get("speculative"), dict):
             self.server = extra["speculative"]
         self.reason = reason or self.reason
+        return shown
+
+    def end(self) -> str:
+        """What was held back, unless the answer was cut at max_tokens."""
+        held, self._held = self._held, ""
+        if not held or self.reason == "length":
+            return ""
+        self.parts.append(held)
+        return held
 
     def usage(self, usage: Any) -> None:
         details = getattr(usage, "prompt_tokens_details", None)
@@ -189,11 +230,14 @@ class _Live:
     def stats(self) -> Stats:
         now = time.perf_counter()
         first = self.first or now
+        # What the server did not report is unknown, not 0 (Stats.unknown).
+        unknown = () if self.counts else ("prompt_tokens", "prompt_cached")
         common: dict[str, Any] = {"prompt_tokens": self.counts.get("prompt_tokens", 0),
                                   "prompt_cached": self.counts.get("prompt_cached", 0),
                                   "prompt_seconds": first - self.begin}
         server = self.server
         if server:
+            common["unknown"] = unknown
             values: dict[str, Any] = {name: int(server.get(name) or 0) for name in _COUNTS}
             values.update({name: float(server.get(name) or 0.0) for name in _SECONDS})
             values["steps_empty"] = values["steps"] - values["steps_drafted"]
@@ -202,7 +246,8 @@ class _Live:
                                        or server.get("completion_tokens", 0)),
                          **values, **common)
         generated = self.counts.get("completion_tokens") or self.chunks
-        return Stats(mode=REMOTE, generated=generated, decode_seconds=now - first, **common)
+        return Stats(mode=REMOTE, generated=generated, decode_seconds=now - first,
+                     unknown=(*unknown, *SPECULATION), **common)
 
 
 class _Translate:

@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
+from specchat.engine.constraint import Constraint
 from specchat.engine.options import SamplingOptions
 from specchat.engine.padding import (
     check_vocab_sizes,
@@ -22,7 +23,7 @@ from specchat.engine.padding import (
     shared_logits,
 )
 from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefix
-from specchat.engine.sampling import greedy_token, probs, recent_window, sample
+from specchat.engine.sampling import biased, greedy_token, probs, recent_window, sample
 
 
 @dataclass(frozen=True)
@@ -90,12 +91,17 @@ class DraftModelDrafter:
     `n_target` is the target's vocabulary size when it differs from the draft's by padding
     ids: q rows then have the target's length and never give weight to an id the target
     lacks (the exactness argument is in engine/padding.py).
+
+    Under a grammar (`constraint`) every row is masked as the target's is, the constraint
+    advanced through the tokens drafted so far and given them back afterwards, so q is the
+    masked distribution the token was really drawn from (engine/constraint.py).
     """
 
     def __init__(self, model: LogitsModel, sampling: SamplingOptions,
-                 n_target: int | None = None) -> None:
+                 n_target: int | None = None, constraint: Constraint | None = None) -> None:
         self.model = model
         self.sampling = sampling
+        self.constraint = constraint
         self.n_target = model.n_vocab if n_target is None else n_target
         check_vocab_sizes(self.n_target, model.n_vocab)
         # True once the context holds an id the draft has no embedding for (only possible
@@ -144,25 +150,35 @@ class DraftModelDrafter:
         tokens: list[int] = []
         rows: list[np.ndarray] = []
         eog = model.eog_tokens
-        while True:
-            recent = recent_window(context, tokens, self.sampling.repeat_last_n)
-            token, q = self._choose(logits, recent, rng)
-            tokens.append(token)
-            if q is not None:
-                rows.append(q)
-            # Nothing useful can follow an end-of-generation token.
-            if len(tokens) == k or token in eog:
-                break
-            logits = model.eval([token], [-1])[0]
-            self._extra.append(token)
+        guide = self.constraint
+        taken = 0  # tokens the constraint took in, given back at the end
+        try:
+            while True:
+                recent = recent_window(context, tokens, self.sampling.repeat_last_n)
+                token, q = (self._choose(logits, recent, rng) if guide is None else
+                            self._choose(logits, recent, rng, guide.allowed()))
+                tokens.append(token)
+                if q is not None:
+                    rows.append(q)
+                # Nothing useful can follow an end-of-generation token.
+                if len(tokens) == k or token in eog:
+                    break
+                if guide is not None:
+                    guide.advance([token])
+                    taken += 1
+                logits = model.eval([token], [-1])[0]
+                self._extra.append(token)
+        finally:
+            if guide is not None and taken:
+                guide.rollback(taken)
         self._drafted = True
         return Draft(tuple(tokens), None if self.sampling.greedy else tuple(rows))
 
-    def _choose(self, logits: np.ndarray, recent: Sequence[int],
-                rng: np.random.Generator) -> tuple[int, np.ndarray | None]:
+    def _choose(self, logits: np.ndarray, recent: Sequence[int], rng: np.random.Generator,
+                allowed: np.ndarray | None = None) -> tuple[int, np.ndarray | None]:
         """One draft token and the row q it was drawn from (None when greedy), q of the
         target's length. Cut, then warp, then pad: engine/padding.py says why that order."""
-        x = shared_logits(logits, self.n_target)
+        x = biased(shared_logits(logits, self.n_target), self.sampling, allowed)
         if self.sampling.greedy:
             return greedy_token(x, recent, self.sampling), None
         q = probs(x, recent, self.sampling)

@@ -12,6 +12,8 @@ always holds a prefix of prompt + answer and the next turn's prefix reuse is saf
 
 Exactness does not depend on how k or the drafts are chosen: each emitted token has the
 target's distribution given everything before it, whatever happened in earlier steps.
+Under a grammar (Hooks.constraint) every row, the target's and the draft's, is masked for
+its own position and drafts are cut at the first forbidden token: engine/constraint.py.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 
 from specchat.engine.acceptance import accept_greedy, accept_sampled
 from specchat.engine.auto import AutoPolicy, AutoState
+from specchat.engine.constraint import Constraint, StepMasks
 from specchat.engine.drafters import (
     EMPTY_DRAFT,
     Draft,
@@ -33,11 +36,12 @@ from specchat.engine.drafters import (
     fill_cache,
 )
 from specchat.engine.events import Chunk, Event, Finished, Progress
+from specchat.engine.logprobs import TokenLogprob, token_logprob
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.padding import check_vocab_sizes
-from specchat.engine.policy import Adaptive, DraftPolicy, Plain
+from specchat.engine.policy import Adaptive, DraftPolicy, GuidedPolicy, Plain
 from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefix
-from specchat.engine.sampling import greedy_token, probs, recent_window
+from specchat.engine.sampling import biased, greedy_token, probs, recent_window
 from specchat.engine.stats import Stats, StatsBuilder
 from specchat.engine.text import TextStream
 from specchat.engine.threads import ThreadGovernor
@@ -63,6 +67,8 @@ class Hooks:
     governor: ThreadGovernor | None = None  # threads per step, from step times
     token_bytes: Callable[[int], bytes] | None = None  # default: the target's own
     clock: Clock = time.perf_counter
+    # A grammar the answer must follow, fresh for this answer (None: free text)
+    constraint: Constraint | None = None
 
 
 def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOptions, *,
@@ -77,7 +83,7 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
     tokens = [int(t) for t in prompt]
     if not tokens:
         raise ValueError("the prompt is empty: at least one token is needed")
-    policy = make_policy(options, target, draft, hooks.auto)
+    policy = make_policy(options, target, draft, hooks.auto, hooks.constraint)
     return _Run(target, tokens, options, policy, hooks).events()
 
 
@@ -97,18 +103,24 @@ def make_drafter(options: GenerationOptions, target: LogitsModel,
 
 
 def make_policy(options: GenerationOptions, target: LogitsModel, draft: LogitsModel | None,
-                auto: AutoState | None) -> DraftPolicy:
+                auto: AutoState | None, constraint: Constraint | None = None) -> DraftPolicy:
     """Plain decoding for `off`; `draft` and `ngram` adapt k up to draft_max (a fixed long
     draft loses badly on CPUs whenever the text stops being predictable, docs/costs.md);
-    `auto` chooses per step with measured costs."""
+    `auto` chooses per step with measured costs. Under a grammar, the draft model masks its
+    rows with it and drafts go through GuidedPolicy (engine/constraint.py)."""
     drafter = make_drafter(options, target, draft)
     if drafter is None:
         return Plain()
+    policy: DraftPolicy
     if options.spec is Spec.AUTO and isinstance(drafter, PromptLookupDrafter):
-        model_drafter = (DraftModelDrafter(draft, options.sampling, target.n_vocab)
+        model_drafter = (DraftModelDrafter(draft, options.sampling, target.n_vocab, constraint)
                          if draft is not None else None)
-        return AutoPolicy(auto or AutoState(), drafter, model_drafter, options.draft_max)
-    return Adaptive(drafter, options.draft_max)
+        policy = AutoPolicy(auto or AutoState(), drafter, model_drafter, options.draft_max)
+    else:
+        if isinstance(drafter, DraftModelDrafter):
+            drafter.constraint = constraint
+        policy = Adaptive(drafter, options.draft_max)
+    return policy if constraint is None else GuidedPolicy(policy, constraint)
 
 
 class _Run:
@@ -125,6 +137,8 @@ class _Run:
         self.governor = hooks.governor
         self.token_bytes = hooks.token_bytes or target.token_bytes
         self.clock = hooks.clock
+        self.constraint = hooks.constraint
+        self.logprobs: list[TokenLogprob] = []  # of the last step's tokens, when asked for
         self.committed = prompt  # prompt + answer so far
         self.n_prompt = len(prompt)
         self.rng = np.random.default_rng(options.sampling.seed)
@@ -157,7 +171,8 @@ class _Run:
             if reason is not None:
                 yield from self._finish(reason, text, kept, flags)
                 return
-            yield Chunk(text, tuple(kept), tuple(flags), self._snapshot())
+            yield Chunk(text, tuple(kept), tuple(flags), self._snapshot(),
+                        tuple(self.logprobs[: len(kept)]))
 
     def _prefill(self) -> bool:
         self.start = start = self.clock()
@@ -197,6 +212,10 @@ class _Run:
         logits = self.target.eval(batch, list(range(len(batch))))
         t2 = self.clock()
         n, token = self._accept(logits, draft)
+        if self.options.logprobs is not None:
+            top = self.options.logprobs
+            self.logprobs = [token_logprob(logits[j], t, top)
+                             for j, t in enumerate([*draft.tokens[:n], token])]
         t3 = self.clock()
         stats.draft_seconds += t1 - t0
         stats.verify_seconds += t2 - t1
@@ -218,14 +237,24 @@ class _Run:
         n_recent = opts.repeat_last_n if opts.repeat_penalty != 1.0 else 0
         base = self.committed[-n_recent:] if n_recent else []
 
-        # Row i is scored as if d1..d_i were already in the context: the penalty sees them.
+        # Row i is scored as if d1..d_i were already in the context: the penalty sees them,
+        # and so does the grammar.
         def recent(i: int) -> list[int]:
             return recent_window(base, d[:i], n_recent)
 
-        if opts.greedy:
-            return accept_greedy(lambda i: greedy_token(logits[i], recent(i), opts), d)
-        return accept_sampled(lambda i: probs(logits[i], recent(i), opts), d, draft.q,
-                              self.rng)
+        masks = StepMasks(self.constraint, d) if self.constraint is not None else None
+
+        def row(i: int) -> np.ndarray:
+            return biased(logits[i], opts, None if masks is None else masks(i))
+
+        try:
+            if opts.greedy:
+                return accept_greedy(lambda i: greedy_token(row(i), recent(i), opts), d)
+            return accept_sampled(lambda i: probs(row(i), recent(i), opts), d, draft.q,
+                                  self.rng)
+        finally:
+            if masks is not None:
+                masks.settle()
 
     def _commit(self, new: list[int]) -> tuple[list[int], str, str | None]:
         """Append tokens until one ends the answer; cut the caches back to match."""
@@ -249,16 +278,21 @@ class _Run:
             if self.stats.generated >= max_tokens:
                 reason = "length"
                 break
+        if self.constraint is not None:
+            self.constraint.advance(kept)
         self.target.truncate(len(self.committed) - 1)
         self.policy.rollback(self.committed)
         return kept, text, reason
 
     def _finish(self, reason: str, text: str = "", kept: Sequence[int] = (),
                 flags: Sequence[bool] = ()) -> Iterator[Event]:
-        text += self.text.flush()
+        # A cut answer never ends in half a character: its bytes are dropped, not shown as
+        # U+FFFD (an answer the model ended keeps what it wrote).
+        text += self.text.flush(complete=reason not in ("length", "context"))
         stats = self._snapshot()
         if kept or text:
-            yield Chunk(text, tuple(kept), tuple(flags), stats)
+            yield Chunk(text, tuple(kept), tuple(flags), stats,
+                        tuple(self.logprobs[: len(kept)]))
         yield Finished(reason, self.text.text, tuple(self.committed[self.n_prompt:]), stats)
 
     def _snapshot(self) -> Stats:

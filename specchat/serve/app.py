@@ -19,6 +19,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from specchat.engine.events import Chunk, Finished
+from specchat.llm.tools import ToolSet
 from specchat.serve import errors
 from specchat.serve.errors import APIError
 from specchat.serve.params import (
@@ -26,6 +27,7 @@ from specchat.serve.params import (
     completion_text,
     parse_body,
     request_options,
+    request_tools,
 )
 from specchat.serve.schemas import (
     ChatRequest,
@@ -102,7 +104,8 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
         body = await parse_body(request, ChatRequest)
         _check_model(config, body.model)
         messages = chat_messages(body, config.system)
-        return await _answer(worker, config, body, messages, request, chat=True)
+        return await _answer(worker, config, body, messages, request, chat=True,
+                             tools=request_tools(body))
 
     @app.post("/v1/completions", dependencies=guarded)
     async def completions(request: Request) -> Response:
@@ -121,9 +124,10 @@ def _check_model(config: ServeConfig, name: str) -> None:
 
 
 async def _answer(worker: Worker, config: ServeConfig, body: GenerationFields,
-                  prompt: Any, request: Request, *, chat: bool) -> Response:
+                  prompt: Any, request: Request, *, chat: bool,
+                  tools: ToolSet | None = None) -> Response:
     options = request_options(body, config.defaults)
-    job = Job(prompt, options, asyncio.get_running_loop())
+    job = Job(prompt, options, asyncio.get_running_loop(), tools=tools)
     worker.submit(job)
     try:
         first = await job.next(request.is_disconnected)
@@ -131,7 +135,9 @@ async def _answer(worker: Worker, config: ServeConfig, body: GenerationFields,
         return _gone(request)
     if isinstance(first, APIError):
         raise first
-    answer = Answer(body.model, chat)
+    runtime = worker.runtime
+    answer = Answer(body.model, chat, tools, logprobs=options.logprobs is not None,
+                    token_bytes=runtime.token_bytes if runtime is not None else None)
     if body.stream:
         include = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(_stream(job, first, answer, include, request),
@@ -141,9 +147,11 @@ async def _answer(worker: Worker, config: ServeConfig, body: GenerationFields,
     while not isinstance(item, Done):
         if isinstance(item, APIError):
             raise item
+        if isinstance(item, Chunk):
+            answer.saw(item)
         if isinstance(item, Finished):
             _note(request, item)
-            return JSONResponse(answer.whole(item).model_dump())
+            return JSONResponse(answer.whole(item))
         try:
             item = await job.next(request.is_disconnected)
         except ConnectionResetError:
@@ -164,8 +172,9 @@ async def _stream(job: Job, item: Any, answer: Answer, include_usage: bool,
                 ended = True
                 yield error_event(item)
                 return  # no [DONE]: the client must see the answer is incomplete
-            if isinstance(item, Chunk) and item.text:
-                yield answer.text(item.text, item.stats)
+            if isinstance(item, Chunk):
+                for line in answer.step(item):
+                    yield line
             elif isinstance(item, Finished):
                 _note(request, item)
                 for line in answer.finish(item, include_usage):
