@@ -20,7 +20,7 @@ from specchat.backend.base import (
 )
 from specchat.backend.cpushare import CpuShare
 from specchat.backend.promptcache import PromptCache, StatefulModel
-from specchat.backend.structured import Guides, uses_tools
+from specchat.backend.structured import Guides, uses_tools, with_format_note
 from specchat.engine.auto import AutoState
 from specchat.engine.constraint import Constraint
 from specchat.engine.events import Event
@@ -161,11 +161,18 @@ class Runtime(Backend):
     def answer(self, messages: Sequence[Message], options: GenerationOptions,
                progress: ProgressCallback | None = None, tools: ToolSet | None = None
                ) -> Events:
-        if uses_tools(messages, tools):
-            tokens = self._guides().prompt(messages, tools or ToolSet(()))
-        else:
-            tokens = self.chat_tokens(messages)
+        tokens = self.chat_prompt(messages, options, tools)
         return self.stream(self.fitting(tokens), options, progress=progress, tools=tools)
+
+    def chat_prompt(self, messages: Sequence[Message], options: GenerationOptions,
+                    tools: ToolSet | None = None) -> list[int]:
+        """The chat prompt for an answer: with the tools it may call, and a note on the
+        format it must have (backend/structured.py says why)."""
+        if tools is None or not tools.callable:
+            messages = with_format_note(messages, options.structure)
+        if uses_tools(messages, tools):
+            return self._guides().prompt(messages, tools or ToolSet(()))
+        return self.chat_tokens(messages)
 
     def complete(self, prompt: str | Sequence[int], options: GenerationOptions,
                  progress: ProgressCallback | None = None) -> Events:

@@ -1,6 +1,11 @@
 """Structured answers from local models: the prompt for a conversation with tools, and the
 grammar (an engine Constraint) for a JSON format, a schema, a grammar or a tool choice.
 
+A grammar alone makes a model write JSON, not know what JSON is wanted: a model that meant to
+answer in prose and is held to a schema it never saw writes empty or endless fields. So, as
+OpenAI's own structured outputs do, the model is also told the format: a note at the end of
+the last user message (`with_format_note`), tokenized as plain text like the rest of it.
+
 `Guides` is what the local Runtime asks; `ModelGuides` answers for a real model through its
 chat template (llm/template.py) and llguidance (llm/grammar.py, llm/tools.py). Tests lend a
 Runtime guides of their own built on fake grammars.
@@ -8,6 +13,7 @@ Runtime guides of their own built on fake grammars.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -41,6 +47,33 @@ class Guides(Protocol):
                    tools: ToolSet | None) -> Constraint | None:
         """A fresh constraint for one answer; None when nothing constrains it."""
         ...
+
+
+def format_note(structure: Structure | None) -> str | None:
+    """What the model is told about the answer's format (None: nothing)."""
+    if structure is None or structure.kind == "grammar":
+        return None
+    if structure.kind == "json":
+        return "Answer with one JSON object."
+    schema = json.dumps(json.loads(structure.text), ensure_ascii=False, separators=(",", ":"))
+    return f"Answer with JSON that matches this JSON schema:\n{schema}"
+
+
+def with_format_note(messages: Sequence[Message],
+                     structure: Structure | None) -> Sequence[Message]:
+    """The conversation with the format note after the last user message's text (or in the
+    system message, when the conversation does not end with the user)."""
+    note = format_note(structure)
+    if note is None:
+        return messages
+    out = [dict(m) for m in messages]
+    if out and out[-1].get("role") == "user" and isinstance(out[-1].get("content"), str):
+        out[-1]["content"] = f"{out[-1]['content']}\n\n{note}"
+    elif out and out[0].get("role") == "system":
+        out[0]["content"] = f"{out[0].get('content') or ''}\n\n{note}".lstrip()
+    else:
+        out.insert(0, {"role": "system", "content": note})
+    return out
 
 
 def uses_tools(messages: Sequence[Mapping[str, Any]], tools: ToolSet | None) -> bool:

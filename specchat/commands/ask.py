@@ -144,8 +144,8 @@ def _ask_local(settings: Settings, options: GenerationOptions, attached: list[At
         counts: list[int | None] = list(measure(attached, runtime.text_tokens,
                                                 runtime.n_ctx))
         message = compose(attached, text)
-        tokens = runtime.fitting(runtime.raw_tokens(message) if raw else
-                                 runtime.chat_tokens(messages_for(message, settings["system"])))
+        tokens = runtime.fitting(runtime.raw_tokens(message) if raw else runtime.chat_prompt(
+            messages_for(message, settings["system"]), options))
         finished = stream_answer(
             lambda progress: runtime.stream(tokens, options, progress=progress), echo)
         if finished is not None:

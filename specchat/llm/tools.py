@@ -11,7 +11,9 @@ history`), so one grammar and one parser serve every model. Pure: no llama_cpp i
 
 `tool_choice` "required" and a named function are enforced by a grammar (`tool_lark`);
 "auto" lets the model write text or calls, and a call, once begun, must match its function's
-parameters; "none" leaves the tools out of the prompt altogether.
+parameters; "none" leaves the tools out of the prompt altogether. Under "auto" small models
+often write the call as a fenced JSON block instead (```json {"name": ..., "arguments": ...}
+```); an answer that starts so is read as a call too, and held to the same grammar.
 """
 
 from __future__ import annotations
@@ -19,13 +21,19 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from specchat.llm.lark import json_lark
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+FENCE = "```"
+# Where a call is written: between the markers, or (under "auto") in a fenced JSON block.
+MARKERS = ((OPEN, CLOSE), (FENCE, FENCE))
+# Lark terminals for the fenced form: an answer that opens a JSON fence is a call.
+_FENCED = ('FENCE_OPEN: /[ \\t\\n]*```(json)?[ \\t\\n]*/\nFENCE_CLOSE: /[ \\t\\n]*```/\n'
+           'TEXT: /(?s:.+)/ & ~/[ \\t\\n]*```(json)?[ \\t\\n]*\\{(?s:.*)/')
 NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 CHOICES = ("auto", "none", "required")
 
@@ -102,18 +110,20 @@ def tool_lark(tools: ToolSet, open_token: int | None, close_token: int | None) -
     many = tools.parallel and tools.choice in ("auto", "required")
     calls = 'calls: (call "\\n"?)+' if many else 'calls: call "\\n"?'
     closer = f"<[{close_token}]>" if close_token is not None else json.dumps(CLOSE)
+    if tools.choice != "auto":
+        opener = f"<[{open_token}]>" if open_token is not None else json.dumps(OPEN)
+        return "\n".join(["start: calls", calls, f'call: {opener} "\\n" body "\\n" {closer}',
+                          f"body: {body}"])
+    fenced = "FENCE_OPEN body FENCE_CLOSE"
     if open_token is not None:
         # A special token never matches text: free text simply stops where a call begins.
-        start = "start: TEXT? calls?" if tools.choice == "auto" else "start: calls"
-        call = f'call: <[{open_token}]> "\\n" body "\\n" {closer}'
+        start = "start: TEXT? calls?"
+        call = f'call: <[{open_token}]> "\\n" body "\\n" {closer} | {fenced}'
     else:
         # Text markers: what comes before a call ends lazily, at the first marker.
-        start = "start: TEXT | calls" if tools.choice == "auto" else "start: calls"
-        if tools.choice == "auto":
-            call = f'call: head "\\n" body "\\n" {closer}\nhead[lazy]: /(?s:.*){OPEN}/'
-        else:
-            call = f'call: {json.dumps(OPEN)} "\\n" body "\\n" {closer}'
-    return "\n".join([start, calls, call, f"body: {body}", "TEXT: /(?s:.+)/"])
+        start = "start: TEXT | calls"
+        call = f'call: head "\\n" body "\\n" {closer} | {fenced}\nhead[lazy]: /(?s:.*){OPEN}/'
+    return "\n".join([start, calls, call, f"body: {body}", _FENCED])
 
 
 def _parameters(tool: Tool) -> Mapping[str, Any]:
@@ -220,41 +230,53 @@ def parse_call(body: str, make_id: Callable[[], str] = new_call_id) -> ToolCall 
 class CallStream:
     """Feed an answer's text as it streams; get back text and whole calls, in order.
 
-    Text that could be the start of a call marker is held back until it is clear; a call is
-    handed out once its closing marker arrived. A call that never closes (the answer was cut)
-    comes back as text at the end.
+    Text that could be the start of a call is held back until it is clear; a call is handed
+    out once its closing marker arrived. A block that is no call `accept` takes (a fenced
+    code block, say) comes back as the text it was; so does a call that never closes (the
+    answer was cut), at the end.
     """
 
-    def __init__(self, make_id: Callable[[], str] = new_call_id) -> None:
+    def __init__(self, accept: Callable[[ToolCall], bool] | None = None,
+                 make_id: Callable[[], str] = new_call_id) -> None:
+        self.accept = accept
         self.make_id = make_id
         self._buf = ""
-        self._in_call = False
+        self._open: tuple[str, str] | None = None  # the markers of the block being read
 
     def push(self, text: str) -> list[str | ToolCall]:
         self._buf += text
         out: list[str | ToolCall] = []
         while True:
-            if not self._in_call:
-                at = self._buf.find(OPEN)
-                if at < 0:
-                    keep = _partial_suffix(self._buf, OPEN)
+            if self._open is None:
+                found = [(at, pair) for pair in MARKERS if (at := self._buf.find(pair[0])) >= 0]
+                if not found:
+                    keep = max(_partial_suffix(self._buf, opener) for opener, _ in MARKERS)
                     if len(self._buf) > keep:
                         out.append(self._buf[: len(self._buf) - keep])
                         self._buf = self._buf[len(self._buf) - keep:]
                     return out
+                at, self._open = min(found)
                 if at:
                     out.append(self._buf[:at])
-                self._buf, self._in_call = self._buf[at:], True
-            end = self._buf.find(CLOSE)
+                self._buf = self._buf[at:]
+            opener, closer = self._open
+            end = self._buf.find(closer, len(opener))
             if end < 0:
                 return out
-            body = self._buf[len(OPEN): end]
-            call = parse_call(body.strip(), self.make_id)
-            out.append(call if call is not None else self._buf[: end + len(CLOSE)])
-            self._buf, self._in_call = self._buf[end + len(CLOSE):], False
+            out.append(self._call(self._buf[len(opener): end], opener) or
+                       self._buf[: end + len(closer)])
+            self._buf, self._open = self._buf[end + len(closer):], None
+
+    def _call(self, body: str, opener: str) -> ToolCall | None:
+        if opener == FENCE:
+            body = body.removeprefix("json")
+        call = parse_call(body.strip(), self.make_id)
+        if call is None or (self.accept is not None and not self.accept(call)):
+            return None
+        return call
 
     def finish(self) -> list[str | ToolCall]:
-        rest, self._buf, self._in_call = self._buf, "", False
+        rest, self._buf, self._open = self._buf, "", None
         return [rest] if rest else []
 
 
@@ -266,10 +288,25 @@ def _partial_suffix(text: str, marker: str) -> int:
     return 0
 
 
-def split_calls(text: str, make_id: Callable[[], str] = new_call_id
-                ) -> tuple[str, list[ToolCall]]:
-    """A whole answer's text (without the calls, trimmed) and its calls."""
-    stream = CallStream(make_id)
+def accepts(tools: Collection[Tool]) -> Callable[[ToolCall], bool]:
+    """Whether a call names one of `tools` with arguments its parameters allow: what the
+    grammar enforces, checked again for calls read from text it did not hold (a fenced block
+    after some prose)."""
+    import jsonschema
+
+    validators = {t.name: jsonschema.validators.validator_for(dict(t.parameters))(
+        dict(t.parameters)) for t in tools}
+
+    def accept(call: ToolCall) -> bool:
+        validator = validators.get(call.name)
+        return validator is not None and validator.is_valid(json.loads(call.arguments))
+    return accept
+
+
+def split_calls(text: str, accept: Callable[[ToolCall], bool] | None = None,
+                make_id: Callable[[], str] = new_call_id) -> tuple[str, list[ToolCall]]:
+    """A whole answer's text (without the calls, trimmed) and the calls `accept` takes."""
+    stream = CallStream(accept, make_id)
     parts = stream.push(text) + stream.finish()
     calls = [p for p in parts if isinstance(p, ToolCall)]
     content = "".join(p for p in parts if isinstance(p, str))

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from specchat.engine.events import Chunk, Finished
 from specchat.engine.logprobs import TokenLogprob
 from specchat.engine.stats import Stats
-from specchat.llm.tools import CallStream, ToolCall, ToolSet, split_calls
+from specchat.llm.tools import CallStream, ToolCall, ToolSet, accepts, split_calls
 from specchat.serve.errors import APIError
 from specchat.serve.logprobs import LogprobTexts
 from specchat.serve.schemas import (
@@ -77,7 +77,9 @@ class Answer:
         self.chat = chat
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
-        self.calls = CallStream() if chat and tools is not None and tools.callable else None
+        callable_ = tools.callable if chat and tools is not None else ()
+        self.accept = accepts(callable_) if callable_ else None
+        self.calls = CallStream(self.accept) if callable_ else None
         self.n_calls = 0
         self.texts = LogprobTexts(token_bytes) if logprobs and token_bytes else None
         self.logprobs: list[TokenLogprob] = []  # not yet sent
@@ -102,7 +104,7 @@ class Answer:
         content: str | None = finished.text
         calls: list[ToolCallOut] | None = None
         if self.calls is not None:
-            content, found = split_calls(finished.text)
+            content, found = split_calls(finished.text, self.accept)
             calls = [ToolCallOut(id=c.id, function=FunctionCall(name=c.name,
                                                                 arguments=c.arguments))
                      for c in found] or None
