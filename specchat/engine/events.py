@@ -21,7 +21,8 @@ class Chunk:
     tokens: tuple[int, ...]
     from_draft: tuple[bool, ...]  # per token: a drafted token the target accepted
     stats: Stats
-    # Per token, the target's log-probabilities (only when GenerationOptions.logprobs is set)
+    # Per token, the target's log-probabilities (only when GenerationOptions.logprobs is
+    # set); an end-of-generation token, never rendered, has none.
     logprobs: tuple[TokenLogprob, ...] = ()
 
 

@@ -291,8 +291,9 @@ class _Run:
         text += self.text.flush(complete=reason not in ("length", "context"))
         stats = self._snapshot()
         if kept or text:
-            yield Chunk(text, tuple(kept), tuple(flags), stats,
-                        tuple(self.logprobs[: len(kept)]))
+            # The end-of-generation token is never shown, so it has no logprob entry either.
+            shown = len(kept) - (reason == "eog")
+            yield Chunk(text, tuple(kept), tuple(flags), stats, tuple(self.logprobs[:shown]))
         yield Finished(reason, self.text.text, tuple(self.committed[self.n_prompt:]), stats)
 
     def _snapshot(self) -> Stats:

@@ -80,6 +80,10 @@ class Matcher:
         self.n_vocab = n_vocab
         self._bits = llguidance.numpy.allocate_token_bitmask(1, n_vocab)
         self._mask: np.ndarray | None = None  # the mask of the current state, once computed
+        # Per token taken in, whether llguidance counted it: an end token taken in after the
+        # grammar already stopped (its last byte written) is not, and rolling back must not
+        # give back one token too many for it.
+        self._counted: list[bool] = []
 
     def allowed(self) -> np.ndarray:
         if self._mask is None:
@@ -94,14 +98,18 @@ class Matcher:
     def advance(self, tokens: Sequence[int]) -> None:
         for token in tokens:
             self._mask = None
+            stopped = bool(self.inner.is_stopped())
             if not self.inner.consume_token(int(token)):
                 raise ConstraintError(f"the grammar refused token {token}: "
                                       f"{one_line(self.inner.get_error())}")
+            self._counted.append(not stopped)
 
     def rollback(self, n: int) -> None:
         if n:
             self._mask = None
-            if not self.inner.rollback(n):
+            given = self._counted[len(self._counted) - n:]
+            del self._counted[len(self._counted) - n:]
+            if not self.inner.rollback(sum(given)):
                 self._raise_on_error()
 
     def allows(self, tokens: Sequence[int]) -> int:
