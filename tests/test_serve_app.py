@@ -202,7 +202,7 @@ def _error(r: Any, status: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("body, param, words", [
     ({"model": "fake"}, "messages", "missing required field"),
-    ({"messages": HELLO}, "model", "missing required field"),
+    ({"model": 3, "messages": HELLO}, "model", "string"),
     ({"model": "fake", "messages": HELLO, "n": 2}, "n", "n=1"),
     ({"model": "fake", "messages": HELLO, "presence_penalty": 0.5}, "presence_penalty",
      "repeat_penalty"),

@@ -232,3 +232,18 @@ def test_top_p_zero_is_greedy_and_logit_bias_bans(served: tuple[TestClient, Fake
     other = chat(client, temperature=0, max_tokens=8, logprobs=True,
                  logit_bias={str(first): -100}).json()["choices"][0]
     assert first not in tokens(other) and tokens(other)
+
+
+def test_model_may_be_left_out(served: tuple[TestClient, FakeGuides]) -> None:
+    client, _ = served
+    r = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 2})
+    assert r.status_code == 200 and r.json()["model"] == "fake"
+
+
+def test_routes_answer_without_v1_too(served: tuple[TestClient, FakeGuides]) -> None:
+    client, _ = served
+    assert client.get("/models").json()["data"][0]["id"] == "fake"
+    r = client.post("/chat/completions", json={"messages": USER, "max_tokens": 2})
+    assert r.status_code == 200 and r.json()["object"] == "chat.completion"
+    r = client.post("/completions", json={"prompt": "x", "max_tokens": 2})
+    assert r.status_code == 200 and r.json()["object"] == "text_completion"

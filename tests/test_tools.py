@@ -130,6 +130,9 @@ def test_tool_grammars_name_special_markers_as_tokens() -> None:
     assert tool_lark(ToolSet((WEATHER,), "none"), 12, 13) is None
     single = tool_lark(ToolSet((WEATHER,), "get_weather"), 12, 13)
     assert single is not None and "calls: call " in single  # a named function: one call
+    # A function that lists its parameters takes no others.
+    assert '"additionalProperties": false' in single
+    assert WEATHER.parameters.get("additionalProperties") is None  # the tool is unchanged
 
 
 def test_toolset_checks_the_choice() -> None:

@@ -13,7 +13,8 @@ history`), so one grammar and one parser serve every model. Pure: no llama_cpp i
 "auto" lets the model write text or calls, and a call, once begun, must match its function's
 parameters; "none" leaves the tools out of the prompt altogether. Under "auto" small models
 often write the call as a fenced JSON block instead (```json {"name": ..., "arguments": ...}
-```); an answer that starts so is read as a call too, and held to the same grammar.
+```); an answer that starts so, naming a declared tool, is read as a call too and held to
+the same grammar (a block that names no declared tool stays text).
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ OPEN, CLOSE = "<tool_call>", "</tool_call>"
 FENCE = "```"
 # Where a call is written: between the markers, or (under "auto") in a fenced JSON block.
 MARKERS = ((OPEN, CLOSE), (FENCE, FENCE))
-# Lark terminals for the fenced form: an answer that opens a JSON fence is a call.
-_FENCED = ('FENCE_OPEN: /[ \\t\\n]*```(json)?[ \\t\\n]*/\nFENCE_CLOSE: /[ \\t\\n]*```/\n'
-           'TEXT: /(?s:.+)/ & ~/[ \\t\\n]*```(json)?[ \\t\\n]*\\{(?s:.*)/')
+# The fenced form in Lark: an answer that opens a JSON fence with the name of a declared tool
+# is a call of it (and held to its parameters); any other fenced JSON stays free text.
+_WS = r"[ \t\n]*"
+_FENCE = rf"{_WS}```(json)?{_WS}"
 NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 CHOICES = ("auto", "none", "required")
 
@@ -114,7 +116,7 @@ def tool_lark(tools: ToolSet, open_token: int | None, close_token: int | None) -
         opener = f"<[{open_token}]>" if open_token is not None else json.dumps(OPEN)
         return "\n".join(["start: calls", calls, f'call: {opener} "\\n" body "\\n" {closer}',
                           f"body: {body}"])
-    fenced = "FENCE_OPEN body FENCE_CLOSE"
+    fenced, rules = _fenced(callable_, strict)
     if open_token is not None:
         # A special token never matches text: free text simply stops where a call begins.
         start = "start: TEXT? calls?"
@@ -123,12 +125,33 @@ def tool_lark(tools: ToolSet, open_token: int | None, close_token: int | None) -
         # Text markers: what comes before a call ends lazily, at the first marker.
         start = "start: TEXT | calls"
         call = f'call: head "\\n" body "\\n" {closer} | {fenced}\nhead[lazy]: /(?s:.*){OPEN}/'
-    return "\n".join([start, calls, call, f"body: {body}", _FENCED])
+    return "\n".join([start, calls, call, f"body: {body}", *rules])
+
+
+def _fenced(tools: Sequence[Tool], strict: bool) -> tuple[str, list[str]]:
+    """The fenced form of a call, one rule per tool: its head (the fence and the JSON up to
+    the arguments) is one terminal, like TEXT, so the lexer weighs both at every byte and
+    free text gives way exactly where a declared tool's name closes."""
+    names = "|".join(re.escape(t.name) for t in tools)
+    head = rf'{_FENCE}\{{{_WS}"name"{_WS}:{_WS}"'
+    rules = [f"FENCE_END: /{_WS}\\}}{_WS}```/",
+             f'TEXT: /(?s:.+)/ & ~/{head}({names})"(?s:.*)/']
+    for i, tool in enumerate(tools):
+        rules += [f"fenced_{i}: FENCED_{i} args_{i} FENCE_END",
+                  f'FENCED_{i}: /{head}{re.escape(tool.name)}"{_WS},{_WS}"arguments"{_WS}:{_WS}/',
+                  f"args_{i}: {json_lark(_parameters(tool), strict=strict)}"]
+    return " | ".join(f"fenced_{i}" for i in range(len(tools))), rules
 
 
 def _parameters(tool: Tool) -> Mapping[str, Any]:
-    params = tool.parameters or {"type": "object"}
-    return params if params.get("type") else {**params, "type": "object"}
+    """The schema a call's arguments are held to: the declared parameters, where a function
+    that lists its parameters takes no others (a function cannot take keyword arguments it
+    does not declare; JSON schema would allow them when additionalProperties is not said)."""
+    params = dict(tool.parameters or {"type": "object"})
+    params.setdefault("type", "object")
+    if "properties" in params:
+        params.setdefault("additionalProperties", False)
+    return params
 
 
 def describe(tools: Sequence[Tool]) -> str:

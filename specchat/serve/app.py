@@ -91,7 +91,10 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
             body["error"] = worker.error
         return JSONResponse(body, status_code=200 if ready else 503)
 
+    # Each route also without /v1, as llama-server serves them: clients given a base URL
+    # without /v1 call those.
     @app.get("/v1/models", dependencies=guarded)
+    @app.get("/models", dependencies=guarded, include_in_schema=False)
     async def models() -> ModelList:
         meta: dict[str, Any] = {"spec": config.defaults.get("spec")}
         if worker.runtime is not None:
@@ -100,6 +103,7 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
         return ModelList(data=[ModelCard(id=config.model, created=config.created, meta=meta)])
 
     @app.post("/v1/chat/completions", dependencies=guarded)
+    @app.post("/chat/completions", dependencies=guarded, include_in_schema=False)
     async def chat(request: Request) -> Response:
         body = await parse_body(request, ChatRequest)
         _check_model(config, body.model)
@@ -108,6 +112,7 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
                              tools=request_tools(body))
 
     @app.post("/v1/completions", dependencies=guarded)
+    @app.post("/completions", dependencies=guarded, include_in_schema=False)
     async def completions(request: Request) -> Response:
         body = await parse_body(request, CompletionRequest)
         _check_model(config, body.model)
@@ -116,8 +121,8 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
     return app
 
 
-def _check_model(config: ServeConfig, name: str) -> None:
-    if not config.accepts(name):
+def _check_model(config: ServeConfig, name: str | None) -> None:
+    if name is not None and not config.accepts(name):
         raise APIError(404, f"model {name!r} is not served here: this server serves "
                        f"{config.model!r} (GET /v1/models lists it); send model="
                        f"{config.model!r}", param="model", code="model_not_found")
@@ -136,7 +141,7 @@ async def _answer(worker: Worker, config: ServeConfig, body: GenerationFields,
     if isinstance(first, APIError):
         raise first
     runtime = worker.runtime
-    answer = Answer(body.model, chat, tools, logprobs=options.logprobs is not None,
+    answer = Answer(body.model or config.model, chat, tools, logprobs=options.logprobs is not None,
                     token_bytes=runtime.token_bytes if runtime is not None else None)
     if body.stream:
         include = bool(body.stream_options and body.stream_options.include_usage)

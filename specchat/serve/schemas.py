@@ -44,7 +44,7 @@ class ChatMessage(_Lenient):
 class GenerationFields(_Lenient):
     """What chat and text completions share."""
 
-    model: str
+    model: str | None = None  # this server serves one model: leaving it out means that one
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None

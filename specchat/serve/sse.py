@@ -137,7 +137,8 @@ class Answer:
         return self._parts(parts, chunk.stats)
 
     def text(self, text: str, stats: Stats) -> str:
-        body = self._chunk(Delta(content=text)) if self.chat else self._completion(text)
+        """A chunk of text (and its tokens' logprobs); "" sends no content, only those."""
+        body = self._chunk(Delta(content=text or None)) if self.chat else self._completion(text)
         data = body.model_dump()
         data["speculative"] = progress(stats)
         logprobs = self._logprobs()
