@@ -16,6 +16,7 @@ import typer
 from specchat import __version__
 from specchat.errors import EXIT_INTERRUPTED, EXIT_RUNTIME, Interrupted, SpecchatError
 from specchat.term import output
+from specchat.term.safe import for_stream, note
 
 app = typer.Typer(
     name="specchat",
@@ -115,9 +116,22 @@ def _has_prompt(args: list[str]) -> bool:
     return bool(ctx.params.get("prompt"))
 
 
+def _guard_lower_layers() -> None:
+    """Layers below term/ that print what others wrote (hub file names in download progress,
+    a model file's metadata in llama.cpp's verbose log) get term's neutraliser from here."""
+    from specchat.llm import hooks
+    from specchat.models import progress
+
+    def on_stderr(text: str) -> str:
+        return for_stream(text, sys.stderr)
+
+    progress.shown = hooks.shown = on_stderr
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: one-line errors and exit codes instead of tracebacks."""
     output.open_stdin_if_closed()
+    _guard_lower_layers()
     args = route_argv(sys.argv[1:] if argv is None else argv, sys.stdin.isatty())
     try:
         # Without standalone mode click returns exit codes instead of raising for some paths
@@ -157,5 +171,6 @@ def _handle_other(exc: Exception) -> None:
 
 
 def _fail(message: str, code: int) -> None:
-    print(f"specchat: error: {message}", file=sys.stderr)
+    # A message may carry a file name, a server's words or a model's: shown, not obeyed.
+    note(f"specchat: error: {message}")
     sys.exit(code)

@@ -35,12 +35,14 @@ class UsageError(SpecchatError):
 class PromptTooLong(UsageError):
     """A prompt that leaves no room for an answer in the context."""
 
-    def __init__(self, tokens: int, n_ctx: int) -> None:
+    def __init__(self, tokens: int, n_ctx: int, *, at_least: bool = False) -> None:
         over = tokens - n_ctx + 1
-        super().__init__(f"prompt is {tokens} tokens, {over} over what a context of {n_ctx} "
-                         "leaves for an answer: raise --ctx or shorten the prompt")
+        bound = "at least " if at_least else ""  # counted without tokenizing (too long to)
+        super().__init__(f"prompt is {bound}{tokens} tokens, {bound}{over} over what a context "
+                         f"of {n_ctx} leaves for an answer: raise --ctx or shorten the prompt")
         self.tokens = tokens
         self.n_ctx = n_ctx
+        self.at_least = at_least
 
 
 class ModelError(SpecchatError):

@@ -13,13 +13,23 @@ settings, `/save` and exports) goes through here, so the rules hold everywhere a
   left the previous line torn.
 - Files that hold the user's words are created 0600 and their directories 0700.
 - New names are created exclusively (O_EXCL), so two processes never share one file.
+- Only regular files are ever replaced: a device, a FIFO or a directory at the path is
+  refused, and a symlink (a dotfiles setup) is written through, atomically at its target, so
+  the link stays a link. Temporary files left by a killed writer are removed by the next one.
+- Reads of the user's files are bounded: `read_limited` refuses devices (and FIFOs, unless
+  asked to take pipes) and stops at a size limit, so /dev/zero or a FIFO nobody writes to
+  can neither fill the memory nor hang a command.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import re
 import secrets
+import stat
+import time
 from pathlib import Path
 
 from specchat.errors import SpecchatError
@@ -28,10 +38,18 @@ PRIVATE_FILE = 0o600
 PRIVATE_DIR = 0o700
 SHARED_FILE = 0o644
 SHARED_DIR = 0o755
+STALE_TMP_SECONDS = 3600  # a temporary file this old is a leftover, whoever wrote it
+READ_CHUNK = 1 << 20
+SETTINGS_LIMIT = 4 << 20  # config.toml, models.toml, calibration: far beyond any real one
 
 
 class StorageError(SpecchatError):
-    """A file could not be written; the message says which and why in one line."""
+    """A file could not be written (or read); the message says which and why in one line,
+    `reason` only why (for callers that name the file their own way)."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 def describe(exc: OSError) -> str:
@@ -60,6 +78,8 @@ def make_dirs(path: Path, *, private: bool = True) -> Path:
             directory.mkdir(mode=PRIVATE_DIR if private else SHARED_DIR)
         except FileExistsError:
             continue  # another process made it between our check and mkdir
+        except OSError as exc:  # a read-only file system, a parent we may not write in
+            raise StorageError(f"cannot create {directory}: {describe(exc)}") from None
         if private:
             os.chmod(directory, PRIVATE_DIR)  # mkdir's mode is filtered by the umask
     if not path.is_dir():
@@ -84,9 +104,10 @@ def atomic_write(path: Path, data: bytes | str, *, private: bool = True,
     Raises FileExistsError when overwrite=False and `path` exists, StorageError for any
     other failure; the temporary file never outlives the call.
     """
-    path = Path(path)
+    path = write_target(Path(path))
     payload = data.encode("utf-8") if isinstance(data, str) else data
     make_dirs(path.parent, private=private)
+    remove_stale_temps(path)
     mode = PRIVATE_FILE if private else SHARED_FILE
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
@@ -106,8 +127,128 @@ def atomic_write(path: Path, data: bytes | str, *, private: bool = True,
     except OSError as exc:
         raise StorageError(f"cannot write {path}: {describe(exc)}") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        _remove_quietly(tmp)
     return path
+
+
+def _remove_quietly(path: Path) -> None:
+    """Remove our temporary file if it is there; a read-only file system refuses even the
+    removal of a name it does not hold (EROFS, not ENOENT), which must not hide the real
+    error with a temporary file's name."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def write_target(path: Path) -> Path:
+    """Where a write to `path` lands: the file a symlink points to (followed to its end, so a
+    dotfiles link stays a link and its target gets the new content), refused with
+    StorageError unless it is a regular file or a new name."""
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return path
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {describe(exc)}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise StorageError(f"cannot write {path}: it is {file_kind(st.st_mode)}, not a regular "
+                           "file (specchat replaces only regular files)")
+    return path
+
+
+def file_kind(mode: int) -> str:
+    """'a directory', 'a character device', 'a FIFO'... for one-line refusals."""
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return kind
+    return "not a file"
+
+
+def remove_stale_temps(path: Path) -> None:
+    """Remove `.NAME.PID.HEX.tmp` files that a killed writer of `path` left behind: those of
+    processes that are gone, and any older than STALE_TMP_SECONDS."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.(\d+)\.[0-9a-f]+\.tmp")
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        found = pattern.fullmatch(name)
+        if found is None:
+            continue
+        leftover = path.parent / name
+        try:
+            old = now - leftover.lstat().st_mtime > STALE_TMP_SECONDS
+            if old or not _alive(int(found.group(1))):
+                leftover.unlink()
+        except OSError:
+            continue  # gone already, or not ours to remove
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True  # this process may be writing it right now (another thread)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def read_limited(path: Path, limit: int, *, pipes: bool = False) -> bytes:
+    """The bytes of a user's file, at most `limit` of them, else StorageError (one line).
+
+    Only regular files are read, and FIFOs or pipes when `pipes` (`-f <(git diff)`): a device
+    (/dev/zero behind a symlink) is refused before reading, so is a FIFO when not wanted
+    (opened without blocking, so one that nobody writes to cannot hang us), and a file that
+    grows past the limit while read is refused at the limit. FileNotFoundError passes
+    through: a missing file often means "none yet".
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _unreadable(path, describe(exc)) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISREG(mode) or (pipes and stat.S_ISFIFO(mode))):
+            raise _unreadable(path, f"is {file_kind(mode)}, not a regular file")
+        if stat.S_ISFIFO(mode):  # a pipe's writer may be slow: wait for it (Ctrl-C works)
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return _read_bounded(fd, path, limit)
+    except OSError as exc:
+        raise _unreadable(path, describe(exc)) from None
+    finally:
+        os.close(fd)
+
+
+def _read_bounded(fd: int, path: Path, limit: int) -> bytes:
+    size = f"{limit // (1024 * 1024)} MiB" if limit >= 1024 * 1024 else f"{limit} bytes"
+    if os.fstat(fd).st_size > limit:
+        raise _unreadable(path, f"is too large (more than {size})")
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = os.read(fd, min(READ_CHUNK, limit + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            raise _unreadable(path, f"is too large (more than {size})")
+
+
+def _unreadable(path: Path, reason: str) -> StorageError:
+    return StorageError(f"cannot read {path}: {reason}", reason)
 
 
 def append_bytes(path: Path, data: bytes, *, private: bool = True) -> None:

@@ -5,6 +5,11 @@ It answers what huggingface_hub asks for: the model-info API with file sizes
 (HEAD/GET /OWNER/NAME/resolve/REV/PATH with X-Repo-Commit, ETag, Content-Length and Range).
 Every request is logged so tests can count them; `cut_after` makes the next GET of a file send
 only that many bytes and drop the connection, as a failing network would.
+
+Hostile or broken hubs, for the hardening tests: `etag` replaces every file's ETag header;
+`cdn` (another FakeHub's URL) makes file requests answer 302 to it, as the real hub sends
+large files to a CDN; `html_pages` answers that many file GETs with a login page (status 200,
+text/html).
 """
 
 from __future__ import annotations
@@ -29,6 +34,11 @@ class FakeHub:
     requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
     cut_after: int | None = None
     url: str = ""
+    etag: str | None = None
+    cdn: str | None = None
+    html_pages: int = 0
+    with_lfs: bool = True  # the listing carries each file's sha256, as the real hub's does
+    listed_sha256: dict[str, str] = field(default_factory=dict)  # what the listing claims
 
     def file_requests(self, method: str = "GET") -> list[tuple[str, str, dict[str, str]]]:
         return [r for r in self.requests if r[0] == method and "/resolve/" in r[1]]
@@ -64,6 +74,11 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 self._error(404, "RepoNotFound")
                 return
             siblings = [{"rfilename": name, "size": len(data)} for name, data in files.items()]
+            if hub.with_lfs:
+                for sibling, data in zip(siblings, files.values()):
+                    sha256 = hub.listed_sha256.get(sibling["rfilename"],  # type: ignore[arg-type]
+                                                   hashlib.sha256(data).hexdigest())
+                    sibling["lfs"] = {"size": len(data), "sha256": sha256, "pointerSize": 130}
             payload = json.dumps({"id": repo, "sha": COMMIT, "siblings": siblings}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -79,13 +94,27 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if data is None:
                 self._error(404, "EntryNotFound")
                 return
+            etag = hub.etag or f'"{hashlib.sha256(data).hexdigest()}"'
+            if hub.cdn is not None:
+                self.send_response(302)
+                self.send_header("Location", hub.cdn + self.path)
+                self.send_header("X-Repo-Commit", COMMIT)
+                self.send_header("X-Linked-Etag", etag)
+                self.send_header("X-Linked-Size", str(len(data)))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if body and hub.html_pages:
+                hub.html_pages -= 1
+                self._page()
+                return
             start = 0
             wanted = self.headers.get("Range", "")
             if wanted.startswith("bytes=") and wanted.endswith("-"):
                 start = int(wanted[6:-1])
             self.send_response(206 if start else 200)
             self.send_header("X-Repo-Commit", COMMIT)
-            self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
+            self.send_header("ETag", etag)
             self.send_header("Accept-Ranges", "bytes")
             self.send_header("Content-Length", str(len(data) - start))
             if start:
@@ -102,6 +131,14 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return
             self.wfile.write(chunk)
 
+        def _page(self) -> None:
+            page = b"<!DOCTYPE html><html><body>Please log in to continue.</body></html>\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
         def _error(self, status: int, code: str) -> None:
             self.send_response(status)
             self.send_header("X-Error-Code", code)
@@ -112,9 +149,10 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def serve(hub: FakeHub) -> Iterator[FakeHub]:
+def serve(hub: FakeHub, name: str = "127.0.0.1") -> Iterator[FakeHub]:
+    """Serve `hub` on 127.0.0.1; its URL says `name` (`localhost` makes another host)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
-    hub.url = f"http://127.0.0.1:{server.server_address[1]}"
+    hub.url = f"http://{name}:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

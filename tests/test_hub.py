@@ -21,7 +21,7 @@ REPO = "me/tiny-GGUF"
 Q8 = b"GGUF" + bytes(range(256)) * 8
 Q4 = b"GGUF" + b"\x04" * 3000
 PART1 = b"GGUF" + b"\x01" * 700
-PART2 = b"\x02" * 900
+PART2 = b"GGUF" + b"\x02" * 896  # each part of a split file is a GGUF file
 
 
 def _files() -> dict[str, dict[str, bytes]]:

@@ -172,10 +172,10 @@ class CutAfterWarp(DraftModelDrafter):
     The token is drawn from what is left (the sampler renormalizes silently), but the row
     handed to the rejection rule still has the draft-only ids' mass missing."""
 
-    def _choose(self, logits: np.ndarray, recent: Sequence[int],
-                rng: np.random.Generator) -> tuple[int, np.ndarray | None]:
+    def _choose(self, logits: np.ndarray, recent: Sequence[int], rng: np.random.Generator,
+                confident: bool) -> tuple[int, np.ndarray | None, float]:
         q = shared_logits(drafters.probs(logits, recent, self.sampling), self.n_target)
-        return sample(q, rng), pad_row(q, self.n_target)
+        return sample(q, rng), pad_row(q, self.n_target), 1.0
 
 
 def test_negative_control_cutting_after_warping_fails(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,12 +34,12 @@ def server() -> Iterator[TestClient]:
         worker._thread.join(0.01)
     app = create_app(worker, ServeConfig(model="fake", defaults=dict(DEFAULTS, spec="off"),
                                          api_key="k"))
-    yield TestClient(app)
+    yield TestClient(app, base_url="http://localhost")  # a Host the server accepts
     worker.stop()
 
 
 def remote(server: TestClient, **kw: Any) -> RemoteRuntime:
-    return RemoteRuntime("http://testserver", kw.pop("key", "k"), kw.pop("model", None),
+    return RemoteRuntime("http://localhost", kw.pop("key", "k"), kw.pop("model", None),
                          f.options(**kw), http_client=server)
 
 
@@ -82,7 +82,7 @@ def test_slash_commands_without_local_models(tmp_path: Path, server: TestClient)
     for line in ("/show", "/stats", "/regen", "/undo", "/system be brief", "/clear"):
         commands.dispatch(chat, line)
     _, err = streams.take()
-    assert "the server's" in err and "http://testserver/v1" in err
+    assert "the server's" in err and "http://localhost/v1" in err
     with pytest.raises(UsageError, match="server"):
         commands.dispatch(chat, "/mode ngram")
 

@@ -37,28 +37,36 @@ def test_format_schema_and_bias_are_sent() -> None:
     assert grammar["extra_body"]["grammar"] == "a"
 
 
-class FakeStream:
-    def __init__(self, chunks: list[Any]) -> None:
-        self.chunks = chunks
+class FakeCall:
+    """What openai's with_streaming_response.create gives: a context manager over the raw
+    HTTP response, here an event stream of `chunks` and [DONE]."""
 
-    def __iter__(self) -> Any:
-        return iter(self.chunks)
+    def __init__(self, chunks: list[dict[str, Any]]) -> None:
+        body = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks)
+        self.http_response = SimpleNamespace(
+            headers={"content-type": "text/event-stream"},
+            iter_bytes=lambda: iter([body, b"data: [DONE]\n\n"]))
 
-    def close(self) -> None:
-        pass
+    def __enter__(self) -> FakeCall:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
-def piece(text: str, reason: str | None = None) -> Any:
-    choice = SimpleNamespace(delta=SimpleNamespace(content=text), finish_reason=reason)
-    return SimpleNamespace(choices=[choice], usage=None, model_extra={})
+def piece(text: str, reason: str | None = None) -> dict[str, Any]:
+    return {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": reason}]}
 
 
-def events(chunks: list[Any]) -> tuple[list[Chunk], Finished]:
+def events(chunks: list[dict[str, Any]]) -> tuple[list[Chunk], Finished]:
+    from openai.types.chat import ChatCompletionChunk
+
     runtime = object.__new__(RemoteRuntime)
     runtime._openai = SimpleNamespace(OpenAIError=RuntimeError)  # type: ignore[attr-defined]
     runtime.url = "http://x/v1"
-    *shown, finished = list(runtime._events(lambda: FakeStream(chunks),
-                                            lambda choice: choice.delta.content))
+    *shown, finished = list(runtime._events(lambda: FakeCall(chunks), ChatCompletionChunk,
+                                            lambda choice: choice.delta.content, 100))
     assert isinstance(finished, Finished)
     return [c for c in shown if isinstance(c, Chunk)], finished
 

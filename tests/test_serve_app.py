@@ -65,7 +65,7 @@ def make_client(target: FakeModel | None = None, *, queue: int = 4, api_key: str
             if worker.state == READY:
                 break
             threading.Event().wait(0.01)
-    return TestClient(create_app(worker, config)), worker
+    return TestClient(create_app(worker, config), base_url="http://localhost"), worker
 
 
 @pytest.fixture
@@ -178,7 +178,8 @@ def test_health_is_503_while_loading() -> None:
         return runtime
 
     worker = Worker(slow_load, 4)
-    client = TestClient(create_app(worker, ServeConfig(model="fake", defaults=DEFAULTS)))
+    client = TestClient(create_app(worker, ServeConfig(model="fake", defaults=DEFAULTS)),
+                        base_url="http://localhost")
     worker.start()
     assert client.get("/health").status_code == 503
     r = client.post("/v1/chat/completions", json={"model": "fake", "messages": HELLO})

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.serveproc import free_port, wait_ready
+from tests.serveproc import stop as stop_process
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
@@ -57,19 +59,13 @@ class Served:
         return self.log_text()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _env(home: Path, model: Path) -> dict[str, str]:
     return {**os.environ, "SPECCHAT_HOME": str(home), "SPECCHAT_CACHE": str(model.parent),
             "NO_COLOR": "1"}
 
 
 def start_server(home: Path, model: Path, *extra: str) -> Served:
-    port = _free_port()
+    port = free_port()
     env = _env(home, model)
     log = home / f"serve-{port}.log"
     with log.open("w") as sink:
@@ -78,30 +74,12 @@ def start_server(home: Path, model: Path, *extra: str) -> Served:
              *COMMON, *extra], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=sink,
             text=True)
     served = Served(f"http://127.0.0.1:{port}", proc, log, env)
-    import httpx
-
-    for _ in range(1200):  # loading takes seconds; a busy machine can take minutes
-        if proc.poll() is not None:
-            pytest.fail(f"specchat serve exited {proc.returncode}:\n{served.log_text()}")
-        try:
-            if httpx.get(served.url + "/health", timeout=5).status_code == 200:
-                return served
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    pytest.fail(f"specchat serve never became ready:\n{served.log_text()}")
-    raise AssertionError  # unreachable
+    wait_ready(proc, served.url, log)
+    return served
 
 
 def stop(served: Served, sig: int = signal.SIGTERM) -> int:
-    if served.proc.poll() is None:
-        served.proc.send_signal(sig)
-    try:
-        return served.proc.wait(60)
-    except subprocess.TimeoutExpired:
-        served.proc.kill()
-        raise
+    return stop_process(served.proc, sig)
 
 
 @pytest.fixture(scope="module")
@@ -238,10 +216,32 @@ def test_error_bodies(served: Served) -> None:
             model=MODEL, messages=[{"role": "user", "content": "word " * 3000}])
     assert long.value.body["code"] == "context_length_exceeded"  # type: ignore[index]
     raw = httpx.post(served.url + "/v1/chat/completions", content=b"{not json",
-                     headers={"Authorization": f"Bearer {KEY}"})
+                     headers={"Authorization": f"Bearer {KEY}",
+                              "Content-Type": "application/json"})
     assert raw.status_code == 400 and "not valid JSON" in raw.json()["error"]["message"]
     assert "Traceback" not in served.log_text()
     assert served.client().models.list().data[0].id == MODEL  # still serving
+
+
+def test_an_overlong_message_is_refused_before_it_is_tokenized(served: Served) -> None:
+    """1.5 MB of text cannot fit 2048 tokens whatever the tokenizer does: the refusal says
+    "at least", the bound found from the text's length and the longest token, not a count."""
+    with pytest.raises(openai.BadRequestError) as long:
+        served.client().chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "word " * 300_000}])
+    body = long.value.body
+    assert body["code"] == "context_length_exceeded"  # type: ignore[index]
+    assert "the prompt is at least" in body["message"]  # type: ignore[index]
+    completion = httpx_post(served, "/v1/completions",
+                            {"model": MODEL, "prompt": "word " * 300_000})
+    assert completion.status_code == 400 and "at least" in completion.text
+
+
+def httpx_post(served: Served, path: str, body: dict[str, object]) -> object:
+    import httpx
+
+    return httpx.post(served.url + path, json=body, timeout=120,
+                      headers={"Authorization": f"Bearer {KEY}"})
 
 
 def test_endpoint_round_trips_from_ask_and_chat(served: Served) -> None:

@@ -76,7 +76,7 @@ def served() -> Iterator[tuple[TestClient, FakeGuides]]:
         threading.Event().wait(0.01)
     app = create_app(worker, ServeConfig(model="fake", defaults=dict(
         DEFAULTS, max_tokens=8, spec="ngram")))
-    yield TestClient(app), guides
+    yield TestClient(app, base_url="http://localhost"), guides  # a Host the server accepts
     worker.stop()
 
 

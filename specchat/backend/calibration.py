@@ -1,8 +1,21 @@
-"""Measure what a verify batch costs on this machine, once per model file and machine.
+"""Measure what a verify batch costs on this machine, per model file and machine.
 
-The `auto` mode needs cost(n) for n = 1..17 before it has run enough steps to learn it; a
-short measurement at load gives it, and a small JSON cache keeps it from being repeated every
-start. The engine then keeps refining the table from the steps it really runs.
+The `auto` mode needs cost(n) for n = 1..17 before it has run enough steps to learn it. The
+measurement must neither hold up a newcomer's first answer (a busy 2-core machine once took
+157 s before the first token of a 135M model) nor be thrown off by load. So:
+
+- each start measures for at most a few seconds (`budget`), and the first answer follows;
+  small sizes first (what `auto` drafts most), and later starts fill in the rest. Until then
+  an unmeasured size is priced high (Samples.table), so a table measured in part never makes
+  a draft look cheaper than it is: `auto` drafts less, never worse;
+- every sample says whether the machine was quiet while it ran: the eval's CPU time over its
+  wall time and threads (`Quiet`). Threads that lost their cores to other processes show as
+  a low share; such a sample counts only until a quiet one is seen, and a size is final after
+  CONFIRMED quiet samples (or MAX_SAMPLES in all, on a machine that is never quiet);
+- `specchat bench --calibrate` measures until every size is final.
+
+A small JSON cache keeps the samples between starts; the engine keeps refining the table from
+the steps it really runs.
 """
 
 from __future__ import annotations
@@ -14,6 +27,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +39,11 @@ from specchat.storage import StorageError
 # Every size: costs are not smooth in n (blocks of 4 and 8 rows), so interpolation misleads.
 SIZES = tuple(range(1, 18))
 TARGET_SIZES = SIZES
-DRAFT_SIZES = (1, 2, 4, 8, 17)  # the draft mostly runs single steps and one catch-up batch
+# The draft mostly runs single steps and one catch-up batch; 128 prices a long catch-up (a
+# prompt the draft has not read yet), which `auto` weighs before filling a cold draft model.
+DRAFT_SIZES = (1, 2, 4, 8, 17, 128)
 PREFIX = 48  # positions already in the cache, so batches run at a realistic depth
+SAMPLE_DEPTH = 16  # a start's samples: a short prefill first, so a slow machine starts soon
 
 
 def measure(model: LogitsModel, sizes: tuple[int, ...] = SIZES, repeats: int = 3,
@@ -40,6 +57,7 @@ def measure(model: LogitsModel, sizes: tuple[int, ...] = SIZES, repeats: int = 3
     """
     keep = len(model.tokens)
     vocab = model.n_vocab
+    depth = max(0, min(depth, model.n_ctx - keep - max(*sizes, 4) - 1))  # a small --ctx too
     filler = [(7 + 31 * i) % vocab for i in range(depth + max(*sizes, 4))]  # 4: the warm-up
     try:
         model.eval(filler[:depth], [])
@@ -61,32 +79,124 @@ def measure(model: LogitsModel, sizes: tuple[int, ...] = SIZES, repeats: int = 3
         model.truncate(keep)
 
 
-FLASH_DEPTHS = (64, 384)  # flash attention's cost moves with the depth (issue 13)
+CONFIRMED = 3  # quiet samples per size after which its cost is final
+MAX_SAMPLES = 12  # samples per size after which a machine that is never quiet stops measuring
+QUIET_SHARE = 0.6  # an eval's threads on a core at least this share of its wall time: quiet
+START_BUDGET = 2.0  # seconds one start may spend measuring the target (half that: the draft)
 
 
-def choose_flash_attn(model: Any, repeats: int = 2,
-                      clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
-    """Flash attention on or off, whichever makes plain steps and a batch of 5 cheaper at a
-    shallow and a deep context; the model is left with the winner (and an empty cache).
+@dataclass(frozen=True)
+class Quiet:
+    """Whether an eval ran on a quiet machine: its process used its threads' share of the wall
+    time (CPU seconds >= QUIET_SHARE x threads x wall). Other processes taking the cores show
+    as a low share. Off (always quiet) for GPU offload, where CPU time is not the work."""
 
-    The two settings alternate round by round, so a machine that drifts meanwhile hits both;
-    each keeps its fastest round.
+    threads: int
+    enabled: bool = True
+
+    def __call__(self, wall: float, cpu: float) -> bool:
+        return not self.enabled or wall <= 0 or cpu >= QUIET_SHARE * self.threads * wall
+
+
+ALWAYS_QUIET = Quiet(1, enabled=False)
+
+
+@dataclass
+class Samples:
+    """Per batch size: the fastest eval seen, how many samples were quiet, how many in all."""
+
+    best: dict[int, float] = field(default_factory=dict)
+    quiet: dict[int, int] = field(default_factory=dict)
+    seen: dict[int, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_entry(cls, entry: object) -> Samples:
+        """What a cache entry holds ({"samples": {"n": [best, quiet, seen]}}); bad data: none."""
+        found = cls()
+        raw = entry.get("samples") if isinstance(entry, dict) else None
+        for key, value in (raw.items() if isinstance(raw, dict) else ()):
+            try:
+                n, (best, quiet, seen) = int(key), value
+                if float(best) > 0:
+                    found.best[n], found.quiet[n], found.seen[n] = float(best), int(quiet), \
+                        int(seen)
+            except (TypeError, ValueError):
+                continue
+        return found
+
+    def to_entry(self) -> dict[str, list[float]]:
+        return {str(n): [self.best[n], self.quiet[n], self.seen[n]] for n in sorted(self.best)}
+
+    def add(self, n: int, seconds: float, quiet: bool) -> None:
+        """A quiet sample replaces what busy ones said; a busy one only fills a gap."""
+        if quiet and self.quiet.get(n, 0) == 0:
+            self.best.pop(n, None)  # busy samples so far: a quiet one knows better
+        if quiet or self.quiet.get(n, 0) == 0:
+            self.best[n] = min(self.best.get(n, float("inf")), seconds)
+        self.quiet[n] = self.quiet.get(n, 0) + int(quiet)
+        self.seen[n] = self.seen.get(n, 0) + 1
+
+    def final(self, n: int) -> bool:
+        return self.quiet.get(n, 0) >= CONFIRMED or self.seen.get(n, 0) >= MAX_SAMPLES
+
+    def finished(self, sizes: tuple[int, ...]) -> bool:
+        return all(self.final(n) for n in sizes)
+
+    def pending(self, sizes: tuple[int, ...]) -> list[int]:
+        """Sizes still to measure: fewest quiet samples first, small sizes first within."""
+        todo = [n for n in sizes if not self.final(n)]
+        return sorted(todo, key=lambda n: (self.quiet.get(n, 0), self.seen.get(n, 0), n))
+
+    def table(self, sizes: tuple[int, ...]) -> CostTable | None:
+        """The table of what was measured, every size of `sizes` not measured yet priced
+        high: the next measured size's cost, and above the largest, the average cost per
+        extra token so far going on (a plain step per token with only size 1: no gain)."""
+        if not self.best:
+            return None
+        known = sorted(self.best)
+        low, top = known[0], known[-1]
+        per_token = (self.best[top] - self.best[low]) / (top - low) if top > low else \
+            self.best[low]
+        filled = dict(self.best)
+        for n in sizes:
+            if n not in filled:
+                above = [m for m in known if m > n]
+                filled[n] = self.best[above[0]] if above else \
+                    self.best[top] + (n - top) * per_token
+        return table_from(filled, max(MAX_N, *sizes))
+
+
+def sample_costs(model: LogitsModel, sizes: tuple[int, ...], samples: Samples, *,
+                 budget: float | None, quiet: Quiet = ALWAYS_QUIET, depth: int = SAMPLE_DEPTH,
+                 clock: Callable[[], float] = time.perf_counter,
+                 cpu_clock: Callable[[], float] = time.process_time) -> Samples:
+    """Add samples of evals of n tokens (all rows) at `depth`, pending sizes first, until
+    every size is final or `budget` seconds have passed, counted from the start (None: until
+    final); at least one sample. The cache is put back as it was.
+
+    No separate warm-up: the first call's allocations make one sample slow, and a size is
+    final only after CONFIRMED of them, of which the fastest counts.
     """
-    best: dict[bool, dict[tuple[int, int], float]] = {True: {}, False: {}}
-    for _ in range(repeats):
-        for enabled in (True, False):
-            model.set_flash_attn(enabled)
-            for depth in FLASH_DEPTHS:
-                for n, seconds in measure(model, (1, 5), 1, clock, depth).items():
-                    model.truncate(0)
-                    old = best[enabled].get((depth, n), float("inf"))
-                    best[enabled][(depth, n)] = min(old, seconds)
-    # Most steps are plain; a batch of 5 stands for auto's typical draft.
-    score = {e: sum(s if n == 1 else s / 4 for (_, n), s in t.items()) for e, t in best.items()}
-    choice = score[True] <= score[False]
-    model.set_flash_attn(choice)
-    return {"flash_attn": choice, "score_on": score[True], "score_off": score[False],
-            "when": time.time()}
+    start, keep = clock(), len(model.tokens)
+    depth = max(0, min(depth, model.n_ctx - keep - max(sizes) - 1))
+    filler = [(7 + 31 * i) % model.n_vocab for i in range(depth + max(sizes))]
+    taken = 0
+    try:
+        model.eval(filler[:depth], [])
+        base = len(model.tokens)
+        while not samples.finished(sizes):
+            for n in samples.pending(sizes):
+                if taken and budget is not None and clock() - start > budget:
+                    return samples
+                wall, cpu = clock(), cpu_clock()
+                model.eval(filler[depth:depth + n], list(range(n)))
+                wall, cpu = clock() - wall, cpu_clock() - cpu
+                model.truncate(base)
+                samples.add(n, wall, quiet(wall, cpu))
+                taken += 1
+        return samples
+    finally:
+        model.truncate(keep)
 
 
 def table_from(measured: dict[int, float], max_n: int = MAX_N) -> CostTable:
@@ -126,10 +236,18 @@ class CalibrationCache:
         self.path = path
         self.warned = False
 
+    def read(self) -> dict[str, Any]:
+        """The whole file as a dict; {} for a missing, unreadable or corrupt one (bounded:
+        a device or a FIFO in its place is not read)."""
+        try:
+            data = json.loads(storage.read_limited(self.path, storage.SETTINGS_LIMIT))
+        except (OSError, StorageError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
     def load(self, key: str) -> CostTable | None:
         try:
-            data = json.loads(self.path.read_text())
-            seconds = data[key]["seconds"]
+            seconds = self.read()[key]["seconds"]
             if isinstance(seconds, list) and seconds and all(
                     isinstance(s, (int, float)) and s > 0 for s in seconds):
                 return CostTable([float(s) for s in seconds])
@@ -138,23 +256,17 @@ class CalibrationCache:
         return None
 
     def save(self, key: str, table: CostTable, label: str) -> None:
-        self.save_entry(key, {"seconds": table.seconds, "model": label, "when": time.time()})
+        """A table for key (what it measured so far is kept beside it)."""
+        old = self.load_entry(key)
+        self.save_entry(key, {**(old if isinstance(old, dict) else {}),
+                              "seconds": table.seconds, "model": label, "when": time.time()})
 
     def load_entry(self, key: str) -> object | None:
         """Any JSON value stored under key (the caller validates it), or None."""
-        try:
-            data = json.loads(self.path.read_text())
-            return data.get(key) if isinstance(data, dict) else None
-        except (OSError, ValueError):
-            return None
+        return self.read().get(key)
 
     def save_entry(self, key: str, value: object) -> None:
-        try:
-            data = json.loads(self.path.read_text())
-            if not isinstance(data, dict):
-                data = {}
-        except (OSError, ValueError):
-            data = {}
+        data = self.read()
         data[key] = value
         try:
             storage.atomic_write(self.path, json.dumps(data, indent=1), private=False)
@@ -167,15 +279,23 @@ class CalibrationCache:
 
 def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],
                knobs: dict[str, object], cache: CalibrationCache, *, force: bool = False,
-               announce: Callable[[str], None] | None = None) -> CostTable:
-    """The cached table for this model file and machine, or a fresh measurement (saved)."""
+               budget: float | None = START_BUDGET, quiet: Quiet = ALWAYS_QUIET,
+               announce: Callable[[str, int, int], None] | None = None) -> CostTable:
+    """The cached table for this model file and machine; while its sizes are not final, one
+    more slice of measuring (at most `budget` seconds; force: until final, from scratch)."""
     key = machine_key(path, knobs)
-    table = None if force else cache.load(key)
-    if table is None:
-        if announce is not None:
-            announce(path.name)
-        table = table_from(measure(model, sizes=sizes))
-        cache.save(key, table, path.name)
+    entry = None if force else cache.load_entry(key)
+    samples = Samples.from_entry(entry)
+    cached = cache.load(key) if not force else None
+    if cached is not None and samples.finished(sizes):
+        return cached
+    if announce is not None:
+        announce(path.name, sum(1 for n in sizes if n in samples.best), len(sizes))
+    sample_costs(model, sizes, samples, budget=None if force else budget, quiet=quiet)
+    table = samples.table(sizes)
+    assert table is not None  # at least one size was measured
+    cache.save_entry(key, {"seconds": table.seconds, "model": path.name, "when": time.time(),
+                           "samples": samples.to_entry()})
     return table
 
 

@@ -4,7 +4,6 @@ and the thread governor decide with. The result is a local.Runtime.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +16,7 @@ from specchat.backend.structured import ModelGuides
 from specchat.backend.tuning import (
     Calibration,
     Tuned,
-    cached_flash_attn,
+    flash_attn_for,
     measured_auto_state,
     plain_step_reference,
     thread_governor,
@@ -27,6 +26,7 @@ from specchat.llm.template import ChatTemplate, chat_tokens
 from specchat.llm.vocab import check_compatible
 from specchat.models import DEFAULT_TARGET, default_draft_for, resolve_model
 from specchat.settings.load import LoadSettings
+from specchat.term.safe import note
 
 if TYPE_CHECKING:
     from specchat.llm.model import LlamaModel
@@ -62,13 +62,15 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
         gpu=fit.summary() if fit is not None else "", gpu_layers=gpu_key(layers, fit),
     )
     if template.is_fallback and not settings.quiet:
-        print(f"specchat: note: {template.note}", file=sys.stderr)
+        note(f"specchat: note: {template.note}")
     runtime = Runtime(
         target=target, draft=draft,
         chat_tokens=lambda messages: chat_tokens(target, template, list(messages)),
         # --raw sends the text verbatim, control tokens included: it is how to write a
         # prompt in the model's own format (documented in `ask --raw --help` and README).
         raw_tokens=lambda text: target.tokenize(text, add_special=True, parse_special=True),
+        least_tokens=lambda prompt: target.fewest_tokens(
+            prompt if isinstance(prompt, str) else template.render(list(prompt))),
         info=info, speculation_allowed=not target.is_recurrent, closers=closers,
         settings=settings, reopen=open_runtime, guides=ModelGuides(target, template),
     )
@@ -102,12 +104,16 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
 
     target_path, draft_path = paths
     target = load(target_path, settings.n_ctx, layers[0],
-                  cached_flash_attn(calibration, target_path))
+                  flash_attn_for(settings, calibration, target_path))
     try:
         draft = None
         if draft_path is not None:
             # target.n_ctx, not settings.n_ctx: --ctx 0 resolved to the target's trained one.
-            draft = load(draft_path, target.n_ctx, layers[1])
+            # A pinned flash attention applies to both models; auto leaves the draft's to
+            # llama.cpp (a draft's numerics never change the answer, only its speed).
+            draft = load(draft_path, target.n_ctx, layers[1],
+                         flash_attn_for(settings, calibration, target_path)
+                         if settings.flash_attn != "auto" else None)
             check_compatible(target, draft)
         return target, draft, ChatTemplate.from_model(target)
     except BaseException:
@@ -126,9 +132,9 @@ def _tune(runtime: Runtime, tuned: Tuned) -> None:
         auto = runtime.auto
     share = CpuShare()
 
-    def reference() -> float:
+    def reference() -> tuple[float, bool]:
         if not runtime.speculation_allowed:
-            return float("inf")  # a recurrent cache cannot be measured and put back
+            return float("inf"), True  # a recurrent cache cannot be measured and put back
         return plain_step_reference(tuned, auto)
 
     runtime.governor = thread_governor(tuned, reference, share)

@@ -46,6 +46,9 @@ class Runtime(Backend):
     chat_tokens: Callable[[Sequence[Message]], list[int]]
     raw_tokens: Callable[[str], list[int]]  # --raw: special-token text becomes those tokens
     info: RuntimeInfo
+    # A lower bound on a prompt's tokens (chat messages, or raw text) found without
+    # tokenizing it, so an over-long prompt is refused in time linear in its size.
+    least_tokens: Callable[[Sequence[Message] | str], int] = lambda prompt: 0
     speculation_allowed: bool = True
     closers: list[Callable[[], None]] = field(default_factory=list)
     auto: AutoState = field(default_factory=AutoState)  # learnt across answers
@@ -143,6 +146,12 @@ class Runtime(Backend):
             raise PromptTooLong(len(tokens), self.target.n_ctx)
         return tokens
 
+    def refuse_certainly_long(self, prompt: Sequence[Message] | str) -> None:
+        """PromptTooLong, before any tokenizing, for a prompt that cannot fit."""
+        least = self.least_tokens(prompt)
+        if least >= self.target.n_ctx:
+            raise PromptTooLong(least, self.target.n_ctx, at_least=True)
+
     # --- Backend -------------------------------------------------------------------------
     @property
     def n_ctx(self) -> int:
@@ -161,6 +170,10 @@ class Runtime(Backend):
     def answer(self, messages: Sequence[Message], options: GenerationOptions,
                progress: ProgressCallback | None = None, tools: ToolSet | None = None
                ) -> Events:
+        if not uses_tools(messages, tools):
+            # (A conversation with tools is rendered in its own way, backend/structured.py:
+            # it is measured when it is tokenized.)
+            self.refuse_certainly_long(messages)
         tokens = self.chat_prompt(messages, options, tools)
         return self.stream(self.fitting(tokens), options, progress=progress, tools=tools)
 
@@ -176,6 +189,8 @@ class Runtime(Backend):
 
     def complete(self, prompt: str | Sequence[int], options: GenerationOptions,
                  progress: ProgressCallback | None = None) -> Events:
+        if isinstance(prompt, str):
+            self.refuse_certainly_long(prompt)
         tokens = self.raw_tokens(prompt) if isinstance(prompt, str) else self._ids(prompt)
         return self.stream(self.fitting(tokens), options, progress=progress)
 

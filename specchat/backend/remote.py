@@ -5,15 +5,24 @@ context size: those stay on the server, which enforces its own context and says 
 error. Speed figures come from the server when it reports them
 (specchat serve's usage.speculative and per-chunk `speculative`); otherwise tokens/s is
 measured here from the streamed chunks, and the mode shows as "remote".
+
+What the server sends is not trusted (docs/security.md): the answer must be an event stream
+(sse.py bounds each event), end with a finish reason or `[DONE]`, and stop at -n whether or not
+the server honours max_tokens; the connection has a timeout (--timeout) between any two
+parts of the answer; a redirect to another host is refused, so the conversation and the key
+go only to --endpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
+from specchat.backend import sse
 from specchat.backend.base import (
     Backend,
     Events,
@@ -31,29 +40,65 @@ REMOTE = "remote"
 # OpenAI's finish reasons in the engine's words ("stop" covers both a stop string and the
 # model ending its answer; the common case is the latter).
 REASONS = {"stop": "eog", "length": "length", "content_filter": "stop"}
+CONNECT_TIMEOUT_S = 10.0  # the most --timeout allows for connecting
+# More text per token than any vocabulary holds: an answer longer than max_tokens times this
+# comes from a server that ignores max_tokens.
+MAX_TOKEN_CHARS = 1024
 
 
 def base_url(endpoint: str) -> str:
     """`http://host:8080`, `.../v1` and `.../v1/` all mean the same API root."""
-    url = endpoint.rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise UsageError(f"--endpoint {endpoint!r}: give a URL like http://127.0.0.1:8080/v1")
+    url = endpoint.strip().rstrip("/")
+    hint = "give a URL like http://127.0.0.1:8080/v1"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parses the port: "http://h:x" raises here
+    except ValueError as exc:
+        raise UsageError(f"--endpoint {endpoint!r} is not a valid URL ({exc}): {hint}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--endpoint {endpoint!r}: {hint}")
     return url if url.endswith("/v1") else url + "/v1"
+
+
+class RedirectRefused(Exception):
+    """The server redirected a request to another host: not followed."""
+
+
+def _same_origin_only(url: str) -> Callable[[Any], None]:
+    """An httpx request hook: redirects within --endpoint's own scheme, host and port are
+    followed, anything else is refused (the body is the conversation, the header the key)."""
+    home = urlsplit(url)
+    origin = (home.scheme, home.hostname, home.port)
+
+    def check(request: Any) -> None:
+        there = urlsplit(str(request.url))
+        if (there.scheme, there.hostname, there.port) != origin:
+            raise RedirectRefused(f"{url} redirected to {str(request.url)[:200]!r}, another "
+                                  "host: not followed, so the conversation goes nowhere else; "
+                                  "give that server as --endpoint if you trust it")
+    return check
 
 
 class RemoteRuntime(Backend):
     """The conversation goes to a server; everything else about the chat stays the same."""
 
     def __init__(self, endpoint: str, api_key: str | None, model: str | None,
-                 options: GenerationOptions, timeout: float = 600.0,
+                 options: GenerationOptions, timeout: float = 120.0,
                  http_client: Any = None) -> None:
         import openai
 
         self._openai = openai
         self.url = base_url(endpoint)
-        # No retries: a retried chat request would be answered (and paid for) twice.
-        self.client = openai.OpenAI(base_url=self.url, api_key=api_key or "none",
-                                    timeout=timeout, max_retries=0, http_client=http_client)
+        self.timeout = timeout
+        if http_client is None:
+            http_client = openai.DefaultHttpxClient(
+                follow_redirects=True, event_hooks={"request": [_same_origin_only(self.url)]})
+        # No retries: a retried chat request would be answered (and paid for) twice. The read
+        # timeout is the longest silence between two parts of the answer.
+        self.client = openai.OpenAI(
+            base_url=self.url, api_key=api_key or "none", max_retries=0,
+            timeout=openai.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_S)),
+            http_client=http_client)
         self.model = model or self._only_model()
         self._spec = options.spec  # the server decides how it speculates
         self.info = RuntimeInfo(target_name=self.model, target_path=self.url,
@@ -63,7 +108,12 @@ class RemoteRuntime(Backend):
 
     def _only_model(self) -> str:
         with self._errors():
-            models = [m.id for m in self.client.models.list().data]
+            listing = self.client.models.list()
+        try:
+            models = [m.id for m in listing.data if isinstance(m.id, str) and m.id]
+        except (AttributeError, TypeError) as exc:
+            raise SpecchatError(f"{self.url}/models did not list models ({exc}): give one with "
+                                "--model, or check --endpoint") from None
         if not models:
             raise SpecchatError(f"{self.url} serves no models: give one with --model")
         return models[0]
@@ -80,16 +130,22 @@ class RemoteRuntime(Backend):
             raise UsageError("tools are not passed on to --endpoint servers here: call the "
                              "server's API directly")
         # The server reads the prompt: there is no local prefill to report on.
+        from openai.types.chat import ChatCompletionChunk
+
         request = dict(model=self.model, messages=list(messages), **self._fields(options))
-        return self._events(lambda: self.client.chat.completions.create(**request),
-                            lambda choice: choice.delta.content)
+        calls = self.client.chat.completions.with_streaming_response
+        return self._events(lambda: calls.create(**request), ChatCompletionChunk,
+                            lambda choice: choice.delta.content, options.max_tokens)
 
     def complete(self, prompt: str | Sequence[int], options: GenerationOptions,
                  progress: ProgressCallback | None = None) -> Events:
+        from openai.types import Completion
+
         text = prompt if isinstance(prompt, str) else [int(t) for t in prompt]
         request = dict(model=self.model, prompt=text, **self._fields(options))
-        return self._events(lambda: self.client.completions.create(**request),
-                            lambda choice: choice.text)
+        calls = self.client.completions.with_streaming_response
+        return self._events(lambda: calls.create(**request), Completion,
+                            lambda choice: choice.text, options.max_tokens)
 
     def effective_options(self, options: GenerationOptions) -> GenerationOptions:
         if options.spec != self._spec:
@@ -133,29 +189,73 @@ class RemoteRuntime(Backend):
         fields["extra_body"] = extra
         return fields
 
-    def _events(self, start: Any, text_of: Any) -> Events:
-        begin = time.perf_counter()
-        with self._errors():
-            stream = start()
-        live = _Live(begin)
-        try:
+    def _events(self, start: Any, kind: Any, text_of: Any, max_tokens: int) -> Events:
+        """The answer's chunks and its end, read from the raw event stream (sse.py)."""
+        live = _Live(time.perf_counter())
+        complete = False
+        with contextlib.ExitStack() as stack:  # closing it (Ctrl-C) tells the server to stop
             with self._errors():
-                for chunk in stream:
-                    if chunk.choices:
-                        choice = chunk.choices[0]
-                        text = live.saw(text_of(choice) or "",
-                                        getattr(chunk, "model_extra", None) or {},
-                                        choice.finish_reason)
-                        if text:
-                            yield Chunk(text, (), (), live.stats())
-                    if chunk.usage is not None:
-                        live.usage(chunk.usage)
-        finally:
-            stream.close()  # a closed generator (Ctrl-C) tells the server to stop
+                http = stack.enter_context(start()).http_response
+            self._check_stream(http)
+            for event in sse.events(self._bytes(http), self.url):
+                if event is sse.DONE:
+                    complete = True
+                    break
+                # A trailing U+FFFD waits: a server that cut the answer at max_tokens in the
+                # middle of a character sends one, and it is dropped then (_Live.end).
+                text = live.hold(self._take(event, kind, text_of, live))
+                if text and live.past(max_tokens, text):
+                    live.reason = "length"  # the server ignores max_tokens: -n holds anyway
+                    break
+                if text:
+                    live.saw_text(text)
+                    yield Chunk(text, (), (), live.stats())
+        if not complete and live.reason is None:
+            raise SpecchatError(f"the answer from {self.url} was cut off before it finished "
+                                "(no finish reason, no [DONE]); what arrived is shown above")
         tail = live.end()
         if tail:
+            live.saw_text(tail)
             yield Chunk(tail, (), (), live.stats())
         yield Finished(REASONS.get(live.reason or "stop", "eog"), live.text, (), live.stats())
+
+    def _check_stream(self, http: Any) -> None:
+        kind = http.headers.get("content-type", "")
+        if kind.split(";")[0].strip().lower() != "text/event-stream":
+            raise SpecchatError(f"{self.url} answered with {kind[:80] or 'no content type'!r} "
+                                "instead of an event stream: is --endpoint the /v1 root of an "
+                                "OpenAI-compatible API?")
+
+    def _bytes(self, http: Any) -> Iterator[bytes]:
+        """The body as it arrives; whatever the HTTP library raises becomes one line."""
+        try:
+            yield from http.iter_bytes()
+        except Exception as exc:  # noqa: BLE001 - httpx or httpx2, depending on openai's version
+            if "timeout" in type(exc).__name__.lower():
+                raise SpecchatError(f"{self.url} sent nothing for {self.timeout:g} s in the "
+                                    "middle of an answer; gave up (raise --timeout for a slow "
+                                    "server)") from None
+            raise SpecchatError(f"the answer from {self.url} broke off "
+                                f"({type(exc).__name__}: {str(exc)[:200]})") from None
+
+    def _take(self, event: dict[str, Any], kind: Any, text_of: Any, live: _Live) -> str:
+        """One event's text (its finish reason, usage and figures go to `live`)."""
+        try:
+            chunk = kind.construct(**event)
+            text, reason, extra = "", None, chunk.model_extra or {}
+            if chunk.choices:
+                choice = chunk.choices[0]
+                text, reason = text_of(choice) or "", choice.finish_reason
+            if not isinstance(text, str) or not isinstance(reason, str | None) or \
+                    not isinstance(extra, dict):
+                raise TypeError("a field of the wrong type")
+            if chunk.usage is not None:
+                live.usage(chunk.usage)
+        except (AttributeError, TypeError, IndexError, KeyError, ValueError) as exc:
+            raise SpecchatError(f"{self.url} sent a malformed event ({exc}); is --endpoint an "
+                                "OpenAI-compatible server?") from None
+        live.saw(extra, reason)
+        return text
 
     def _errors(self) -> Any:
         return _Translate(self._openai, self.url)
@@ -183,6 +283,7 @@ class _Live:
         self.first: float | None = None
         self.parts: list[str] = []
         self.chunks = 0
+        self.chars = 0
         self.reason: str | None = None
         self.server: dict[str, Any] = {}
         self.counts: dict[str, int] = {}
@@ -192,37 +293,40 @@ class _Live:
     def text(self) -> str:
         return "".join(self.parts)
 
-    def saw(self, text: str, extra: dict[str, Any], reason: str | None) -> str:
-        """Take in a streamed chunk; return the text to show now. A trailing U+FFFD waits:
-        a server that cut the answer at max_tokens in the middle of a character sends one,
-        and it is dropped then (end())."""
-        now = time.perf_counter()
-        if text:
-            self.first = self.first or now
-            self.chunks += 1
-        pending = self._held + text
-        shown = pending.rstrip("\ufffd")
-        self._held = pending[len(shown):]
-        if shown:
-            self.parts.append(shown)
+    def saw(self, extra: dict[str, Any], reason: str | None) -> None:
         if isinstance(extra.get("speculative"), dict):
             self.server = extra["speculative"]
         self.reason = reason or self.reason
+
+    def hold(self, text: str) -> str:
+        """`text` less any U+FFFD at its end, which waits for what comes next (end())."""
+        pending = self._held + text
+        shown = pending.rstrip("\ufffd")
+        self._held = pending[len(shown):]
         return shown
 
     def end(self) -> str:
         """What was held back, unless the answer was cut at max_tokens."""
         held, self._held = self._held, ""
-        if not held or self.reason == "length":
-            return ""
-        self.parts.append(held)
-        return held
+        return "" if self.reason == "length" else held
+
+    def saw_text(self, text: str) -> None:
+        self.first = self.first or time.perf_counter()
+        self.parts.append(text)
+        self.chunks += 1
+        self.chars += len(text)
+
+    def past(self, max_tokens: int, text: str) -> bool:
+        """Whether `text` would take the answer past max_tokens: every chunk holds at least
+        one token, and no token is MAX_TOKEN_CHARS long."""
+        return (self.chunks >= max_tokens
+                or self.chars + len(text) > max_tokens * MAX_TOKEN_CHARS)
 
     def usage(self, usage: Any) -> None:
         details = getattr(usage, "prompt_tokens_details", None)
-        self.counts = {"prompt_tokens": int(usage.prompt_tokens or 0),
-                       "completion_tokens": int(usage.completion_tokens or 0),
-                       "prompt_cached": int(getattr(details, "cached_tokens", 0) or 0)}
+        self.counts = {"prompt_tokens": _count(usage.prompt_tokens),
+                       "completion_tokens": _count(usage.completion_tokens),
+                       "prompt_cached": _count(getattr(details, "cached_tokens", 0))}
         spec = (getattr(usage, "model_extra", None) or {}).get("speculative")
         if isinstance(spec, dict):
             self.server = spec
@@ -238,16 +342,29 @@ class _Live:
         server = self.server
         if server:
             common["unknown"] = unknown
-            values: dict[str, Any] = {name: int(server.get(name) or 0) for name in _COUNTS}
-            values.update({name: float(server.get(name) or 0.0) for name in _SECONDS})
-            values["steps_empty"] = values["steps"] - values["steps_drafted"]
-            return Stats(mode=f"{REMOTE} {server.get('mode', '')}".strip(),
-                         generated=int(self.counts.get("completion_tokens")
-                                       or server.get("completion_tokens", 0)),
-                         **values, **common)
+            values: dict[str, Any] = {name: _count(server.get(name)) for name in _COUNTS}
+            values.update({name: _seconds(server.get(name)) for name in _SECONDS})
+            values["steps_empty"] = max(0, values["steps"] - values["steps_drafted"])
+            return Stats(mode=f"{REMOTE} {str(server.get('mode', ''))[:20]}".strip(),
+                         generated=self.counts.get("completion_tokens")
+                         or _count(server.get("completion_tokens")), **values, **common)
         generated = self.counts.get("completion_tokens") or self.chunks
         return Stats(mode=REMOTE, generated=generated, decode_seconds=now - first,
                      unknown=(*unknown, *SPECULATION), **common)
+
+
+def _count(value: Any) -> int:
+    """A count the server reported, or 0 for anything that is not one."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 2**53:
+        return 0
+    return int(value)
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or \
+            not 0 <= value < 1e9:  # NaN fails both comparisons
+        return 0.0
+    return float(value)
 
 
 class _Translate:
@@ -263,6 +380,11 @@ class _Translate:
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
         if exc is None or not isinstance(exc, self.openai.OpenAIError):
             return  # not ours: it goes on as it is
+        if isinstance(exc.__cause__, RedirectRefused):
+            raise SpecchatError(str(exc.__cause__)) from None
+        if isinstance(exc, self.openai.APITimeoutError):
+            raise SpecchatError(f"{self.url} did not answer in time (--timeout); is the server "
+                                "running and not overloaded?") from None
         if isinstance(exc, self.openai.APIConnectionError):
             raise SpecchatError(f"cannot reach {self.url} ({exc.__cause__ or exc}): is the "
                                 "server running, and is --endpoint right?") from None

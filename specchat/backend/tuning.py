@@ -1,8 +1,9 @@
 """What this machine costs and how to run on it: calibration tables, the flash attention choice,
 the thread governor, and the one rule for where their measurements are kept.
 
-Measured once per model file, settings and machine (calibration.py does the measuring), kept
-in the calibration file, and handed to the engine as plain numbers.
+Measured per model file, settings and machine (calibration.py does the measuring, a few
+seconds per start at most, until final), kept in the calibration file, and handed to the
+engine as plain numbers. Flash attention is never measured at a start (flashattn.py).
 """
 
 from __future__ import annotations
@@ -15,16 +16,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specchat.backend.calibration import (
+    ALWAYS_QUIET,
     DRAFT_SIZES,
+    START_BUDGET,
     TARGET_SIZES,
     CalibrationCache,
-    choose_flash_attn,
+    Quiet,
+    Samples,
     cost_table,
     machine_key,
     measure,
     save_if_drifted,
 )
 from specchat.backend.cpushare import CpuShare
+from specchat.backend.flashattn import choice, measure_flash_attn
 from specchat.engine.auto import AutoState
 from specchat.engine.options import Spec
 from specchat.engine.threads import ThreadGovernor
@@ -36,7 +41,8 @@ from specchat.storage import StorageError
 if TYPE_CHECKING:
     from specchat.llm.model import LlamaModel
 
-CALIBRATION_VERSION = 2  # bump to measure again what older versions measured differently
+# 3: samples with a quiet check, and flash attention at llama.cpp's default unless confirmed
+CALIBRATION_VERSION = 3  # bump to measure again what older versions measured differently
 
 
 class Calibration:
@@ -90,21 +96,25 @@ def measured_auto_state(tuned: Tuned, *, force: bool = False
     """Cost tables for `auto`, from the calibration file or measured now (once), and what to
     run when the models close (write back drifted costs and learnt acceptance)."""
     settings, cal = tuned.settings, tuned.calibration
-    if force or tuned.target.flash_attn is None:
-        _choose_flash_attn(tuned)
+    if force and settings.flash_attn == "auto":
+        _confirm_flash_attn(tuned)
     knobs = cal.costs_knobs(tuned.target.flash_attn)
 
-    def announce(name: str) -> None:
+    def announce(name: str, measured: int, sizes: int) -> None:
         if not settings.quiet:
-            print(f"specchat: measuring what {name} costs on this machine (once; cached)",
-                  file=sys.stderr)
+            how = "until every size is final" if force else \
+                f"first starts only, {START_BUDGET:.0f} s at most, then the answer"
+            print(f"specchat: measuring what {name} costs here ({how}; {measured}/{sizes} "
+                  "batch sizes measured so far)", file=sys.stderr, flush=True)
 
+    quiet = machine_quiet(settings)
     target = cost_table(tuned.target, tuned.target_path, TARGET_SIZES, knobs, cal.cache,
-                        force=force, announce=announce)
+                        force=force, budget=START_BUDGET, quiet=quiet, announce=announce)
     draft = None
     if tuned.draft is not None and tuned.draft_path is not None:
         draft = cost_table(tuned.draft, tuned.draft_path, DRAFT_SIZES, knobs, cal.cache,
-                           force=force, announce=announce)
+                           force=force, budget=START_BUDGET / 2, quiet=quiet,
+                           announce=announce)
     state = AutoState(target_costs=target, draft_costs=draft)
     # What acceptance this model pair showed before: one-shot asks start from it, not from
     # the priors (docs/performance.md); written back when the runtime closes.
@@ -120,19 +130,22 @@ def measured_auto_state(tuned: Tuned, *, force: bool = False
     return state, [save_drifted, save_learnt]
 
 
-def plain_step_reference(tuned: Tuned, auto: AutoState | None) -> float:
+def plain_step_reference(tuned: Tuned, auto: AutoState | None) -> tuple[float, bool]:
     """Seconds of a plain step on a quiet machine: from the costs `auto` loaded, else the
-    cached table, else the fastest of three single-token evals now (~0.1 s, not cached)."""
-    if auto is not None:
-        return auto.target_costs.cost(1)
+    cached table, else the fastest of three single-token evals now (~0.1 s, not cached);
+    and whether a quiet sample confirmed it (calibration.Quiet)."""
     cal = tuned.calibration
-    table = cal.cache.load(cal.costs_key(tuned.target_path, tuned.target.flash_attn))
+    key = cal.costs_key(tuned.target_path, tuned.target.flash_attn)
+    confirmed = Samples.from_entry(cal.cache.load_entry(key)).quiet.get(1, 0) > 0
+    if auto is not None:
+        return auto.target_costs.cost(1), confirmed
+    table = cal.cache.load(key)
     if table is not None:
-        return table.cost(1)
-    return measure(tuned.target, sizes=(1,), repeats=3)[1]
+        return table.cost(1), confirmed
+    return measure(tuned.target, sizes=(1,), repeats=3)[1], False
 
 
-def thread_governor(tuned: Tuned, reference: Callable[[], float],
+def thread_governor(tuned: Tuned, reference: Callable[[], tuple[float, bool]],
                     share: CpuShare | None = None) -> ThreadGovernor | None:
     """Fewer threads while other processes compete for the cores (engine/threads.py); not
     for GPU offload, nor when pinned to one thread, nor with SPECCHAT_FIXED_THREADS=1."""
@@ -146,24 +159,39 @@ def thread_governor(tuned: Tuned, reference: Callable[[], float],
     if settings.n_gpu_layers is None and gpu_offload_supported():
         return None
     setters = [m.set_threads for m in (tuned.target, tuned.draft) if m is not None]
-    return ThreadGovernor(threads, setters, reference(),
-                          None if share is None else lambda: share.threads(threads))
+    seconds, confirmed = reference()
+    return ThreadGovernor(threads, setters, seconds,
+                          None if share is None else lambda: share.threads(threads),
+                          confirmed=confirmed)
 
 
-def cached_flash_attn(calibration: Calibration, target: Path) -> bool | None:
-    """Flash attention as measured best for this file here (None: not measured yet)."""
-    entry = calibration.cache.load_entry(calibration.flash_key(target))
-    choice = entry.get("flash_attn") if isinstance(entry, dict) else None
-    return choice if isinstance(choice, bool) else None
+def machine_quiet(settings: LoadSettings) -> Quiet:
+    """The quiet check for samples taken with these settings (off for GPU offload)."""
+    from specchat.llm import gpu_offload_supported
+
+    gpu = settings.n_gpu_layers not in (None, 0) or (settings.n_gpu_layers is None
+                                                     and gpu_offload_supported())
+    return ALWAYS_QUIET if gpu else Quiet(settings.threads or default_threads())
 
 
-def _choose_flash_attn(tuned: Tuned) -> None:
-    """Measure flash attention on and off (once per file and machine) and keep the winner."""
+def flash_attn_for(settings: LoadSettings, calibration: Calibration,
+                   target: Path) -> bool | None:
+    """What the target loads with: --flash-attn on/off, else what `bench --calibrate`
+    confirmed for this file here, else None (llama.cpp's default)."""
+    return choice(settings.flash_attn,
+                  calibration.cache.load_entry(calibration.flash_key(target)))
+
+
+def _confirm_flash_attn(tuned: Tuned) -> None:
+    """`bench --calibrate` with flash_attn auto: measure both settings; only a confirmed large
+    difference is kept as this file's choice here, and applied now."""
     if not tuned.settings.quiet:
-        print("specchat: measuring flash attention on and off here (once; cached)",
-              file=sys.stderr)
-    result = choose_flash_attn(tuned.target)
+        print("specchat: measuring flash attention on and off (kept only if a large "
+              "difference is confirmed on a quiet machine)", file=sys.stderr, flush=True)
+    result = measure_flash_attn(tuned.target, tuned.target_path,
+                                machine_quiet(tuned.settings))
     tuned.calibration.save_quietly(tuned.calibration.flash_key(tuned.target_path), result)
+    tuned.target.set_flash_attn(choice("auto", result))
 
 
 def wants_auto_costs(settings: LoadSettings, speculation_allowed: bool) -> bool:

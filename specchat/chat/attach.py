@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from specchat import storage
 from specchat.errors import UsageError
 
 # A sanity cap checked before reading: far beyond any context specchat can load, so the real
@@ -65,20 +66,16 @@ def read_attachment(name: str, stdin: BinaryIO | None = None) -> Attachment:
             raise UsageError("-f -: stdin is a terminal, not a file: pipe something in")
         return Attachment("stdin", _decode(stdin.read(MAX_BYTES + 1), "stdin"))
     path = Path(name).expanduser()
+    if path.is_dir():
+        raise UsageError(f"{name}: is a directory; attach files one by one")
     try:
-        if path.is_dir():
-            raise UsageError(f"{name}: is a directory; attach files one by one")
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise UsageError(f"{name}: {size} bytes is too large to attach "
-                             f"(at most {MAX_BYTES // (1024 * 1024)} MiB)")
-        data = path.read_bytes()
+        # Bounded, and never a device: `-f` on a link to /dev/zero is refused at once. Pipes
+        # are taken (`-f <(git diff)`), up to the same limit.
+        data = storage.read_limited(path, MAX_BYTES, pipes=True)
     except FileNotFoundError:
         raise UsageError(f"{name}: no such file") from None
-    except PermissionError:
-        raise UsageError(f"{name}: permission denied") from None
-    except OSError as exc:
-        raise UsageError(f"{name}: cannot read it: {exc.strerror or exc}") from None
+    except storage.StorageError as exc:
+        raise UsageError(f"{name}: {exc.reason}") from None
     return Attachment(name, _decode(data, name))
 
 

@@ -8,6 +8,11 @@ highlighted code unless --plain. So stdout receives exactly the answer, the stat
 interleaves with it, and long answers cannot garble the screen (the live part is at most one
 screen high). Anywhere else the answer text goes straight to stdout as it arrives: no colour,
 no status line, no Markdown.
+
+Nothing a model, a server or a file says is obeyed by the terminal: every piece of such text
+passes through term.safe on its way (control characters shown as ^[ and the like), and
+Markdown links are printed with their address instead of as hidden terminal hyperlinks.
+Answers written to a pipe or a file stay exact.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from specchat.engine.events import Chunk, Finished, Progress
 from specchat.engine.options import Spec
 from specchat.engine.stats import Stats
 from specchat.term.progress import SHOW_AFTER_SECONDS, progress_text
+from specchat.term.safe import for_stream, visible
 
 DRAFT_STYLE = "green"
 LIVE_MARKDOWN_CHARS = 4000
@@ -126,6 +132,13 @@ def _mode_label(mode: str, draft_name: str | None) -> str:
     return mode
 
 
+def markdown(text: str) -> Markdown:
+    """A finished answer as Markdown for a terminal: its control characters shown, and links
+    with their address in view (a terminal hyperlink could show one address and open
+    another)."""
+    return Markdown(visible(text), code_theme="monokai", hyperlinks=False)
+
+
 class _LiveView:
     """What the Live region shows: the last screenful of the answer, then the status."""
 
@@ -139,7 +152,7 @@ class _LiveView:
         # (which must parse the whole answer) only while the answer is short, then the plain
         # tail. The finished answer is always printed whole, as Markdown.
         if self.markdown and len(self.text) <= LIVE_MARKDOWN_CHARS:
-            return Markdown(self.text.plain)
+            return Markdown(self.text.plain, hyperlinks=False)  # already made visible
         return self.text[-LIVE_TAIL_CHARS:] if len(self.text) > LIVE_TAIL_CHARS else self.text
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -180,16 +193,16 @@ class AnswerView:
         self.parts.append(chunk.text)
         if self._live is None or self._view is None:
             if chunk.text:
-                self.r.out.write(chunk.text)
+                self.r.out.write(for_stream(chunk.text, self.r.out))
                 self.r.out.flush()
             return
         if self.r.config.show_draft:
             for piece, drafted in self._pieces(chunk):
-                self._view.text.append(piece, style=DRAFT_STYLE if drafted else "")
+                self._view.text.append(visible(piece), style=DRAFT_STYLE if drafted else "")
         else:
-            self._view.text.append(chunk.text)
-        self._view.status = Text(status_text(chunk.stats, self.r.draft_name), style="dim",
-                                 no_wrap=True, overflow="ellipsis")
+            self._view.text.append(visible(chunk.text))
+        self._view.status = Text(visible(status_text(chunk.stats, self.r.draft_name)),
+                                 style="dim", no_wrap=True, overflow="ellipsis")
         self._refresh()
 
     def progress(self, progress: Progress) -> None:
@@ -252,7 +265,7 @@ class AnswerView:
         if not text.strip():
             return
         if self._view.markdown:
-            self.r.out_console.print(Markdown(text, code_theme="monokai"))
+            self.r.out_console.print(markdown(text))
         else:
             # soft_wrap: stdout gets the answer's own line breaks, the terminal wraps the rest
             self.r.out_console.print(self._view.text, markup=False, highlight=False,
@@ -288,9 +301,9 @@ class Renderer:
     def _line(self, text: str, style: str) -> None:
         if self.config.rich:
             # soft_wrap: the terminal wraps long lines, rich inserts no newlines of its own
-            self.err_console.print(Text(text, style=style), soft_wrap=True)
+            self.err_console.print(Text(visible(text), style=style), soft_wrap=True)
         else:
-            print(text, file=self.err, flush=True)
+            print(for_stream(text, self.err), file=self.err, flush=True)
 
     def info(self, text: str) -> None:
         self._line(text, "")
@@ -319,7 +332,7 @@ class Renderer:
             self._line(f">>> {turn.user}", "bold")
             mark = " [interrupted]" if turn.interrupted else ""
             if self.config.markdown:
-                self.err_console.print(Markdown(turn.assistant, code_theme="monokai"))
+                self.err_console.print(markdown(turn.assistant))
                 if mark:
                     self.dim(mark.strip())
             else:

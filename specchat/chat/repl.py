@@ -10,6 +10,7 @@ leaves with 0. Ctrl-C during an answer is handled by ChatSession.ask (the answer
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.output import Output
 
 from specchat import storage
+from specchat.chat import ending
 from specchat.chat.commands import COMMANDS, ExitChat, dispatch, is_command, lookup
 from specchat.chat.session import ChatSession
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError
@@ -118,6 +120,50 @@ def _current_text_in_block() -> bool:
     return in_open_block(get_app().current_buffer.text)
 
 
+class KeptHistory(FileHistory):
+    """prompt-toolkit's file history, read bounded and appended through storage (a full disk
+    cuts the record back instead of tearing it); a failure is kept in `problem` for the REPL
+    to say once, never raised into prompt-toolkit (where it would be a traceback)."""
+
+    LIMIT = 64 << 20  # years of typing; a link to /dev/zero is not read at all
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(str(path))
+        self.path = path
+        self.problem: str | None = None
+
+    def load_history_strings(self) -> Iterable[str]:
+        """prompt-toolkit's format: each entry's lines after a "+", entries apart; newest
+        first."""
+        try:
+            raw = storage.read_limited(self.path, self.LIMIT)
+        except (OSError, StorageError) as exc:
+            self.problem = str(exc)
+            return []
+        entries: list[str] = []
+        lines: list[str] = []
+        for line in raw.decode("utf-8", errors="replace").splitlines(keepends=True):
+            if line.startswith("+"):
+                lines.append(line[1:])
+            elif lines:
+                entries.append("".join(lines)[:-1])
+                lines = []
+        if lines:
+            entries.append("".join(lines)[:-1])
+        return reversed(entries)
+
+    def store_string(self, string: str) -> None:
+        # prompt-toolkit's own record format: a comment line, then each line after a "+".
+        record = f"\n# {datetime.datetime.now()}\n" + "".join(
+            f"+{line}\n" for line in string.split("\n"))
+        try:
+            storage.append_bytes(self.path, record.encode("utf-8", errors="replace"))
+        except StorageError as exc:
+            self.problem = str(exc)
+        else:
+            self.problem = None
+
+
 def make_prompt(chat: ChatSession, *, history_path: Path | None,
                 input: Input | None = None, output: Output | None = None
                 ) -> PromptSession[str]:
@@ -126,7 +172,7 @@ def make_prompt(chat: ChatSession, *, history_path: Path | None,
         try:
             # prompt-toolkit appends with the umask's mode: the file must exist, private,
             # before it first writes the user's lines there.
-            history = FileHistory(str(storage.ensure_file(history_path)))
+            history = KeptHistory(storage.ensure_file(history_path))
         except StorageError as exc:
             chat.renderer.note(f"input history not kept ({exc})")
     return PromptSession(
@@ -139,13 +185,18 @@ def make_prompt(chat: ChatSession, *, history_path: Path | None,
 
 def run(chat: ChatSession, prompt: PromptSession[str]) -> int:
     """The loop; returns the exit code (0 for Ctrl-D and /bye, 130 for Ctrl-C)."""
+    said: str | None = None  # the input history's last problem, said once
     while True:
         try:
             text = prompt.prompt()
         except KeyboardInterrupt:
-            return EXIT_INTERRUPTED
+            return ending.code() or EXIT_INTERRUPTED  # SIGTERM/SIGHUP at the prompt: leave
         except EOFError:
             return 0
+        problem = getattr(prompt.history, "problem", None)
+        if problem is not None and said is None:
+            chat.renderer.note(f"input history not kept: {problem} (the chat goes on)")
+        said = problem
         message = clean_message(text)
         if not message:
             continue
@@ -153,7 +204,11 @@ def run(chat: ChatSession, prompt: PromptSession[str]) -> int:
             handle(chat, message)
         except ExitChat as exc:
             return exc.code
+        except ending.Ended as exc:
+            return exc.code
         except KeyboardInterrupt:
+            if ending.code() is not None:
+                return ending.code() or EXIT_INTERRUPTED
             chat.renderer.note("interrupted")
         except SpecchatError as exc:
             chat.renderer.error(str(exc))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from specchat.backend.base import Backend, Message
+from specchat.chat import ending
 from specchat.chat.attach import (
     Attachment,
     check_fits,
@@ -27,7 +28,8 @@ from specchat.engine.events import Finished, Progress, drain
 from specchat.engine.options import GenerationOptions, OptionError, Spec
 from specchat.engine.protocol import ContextFullError
 from specchat.errors import SpecchatError, UsageError
-from specchat.storage import StorageError
+from specchat.storage import StorageError, describe
+from specchat.term.output import OutputError
 
 
 @dataclass
@@ -58,6 +60,7 @@ class ChatSession:
     attached_tokens: int = 0  # what files attached in this session took
     plain: bool = False  # --plain / /set plain: no Markdown
     wants_show_draft: bool = False  # --show-draft (the renderer may be unable to colour)
+    unsaved: bool = False  # saving failed and it was said: quiet until a save works again
 
     # --- turns ------------------------------------------------------------------------
     def attach(self, name: str) -> int:
@@ -85,17 +88,29 @@ class ChatSession:
         events = self.runtime.answer(messages, self.options, progress=progress)
         finished: Finished | None = None
         interrupted = False
-        with self.renderer.answer() as view:
-            shown.append(view)
-            try:
-                finished = drain(events, view.chunk)
-            except KeyboardInterrupt:
-                interrupted = True
-            except ContextFullError as exc:
-                self.renderer.error(f"context full ({exc}): /clear, /undo, or raise --ctx")
-                return None
-            turn = self._commit(text, view.text, finished, interrupted, view, files)
-            view.finish(finished, interrupted)
+        lost: OSError | None = None  # the terminal or stdout refused the answer
+        try:
+            with self.renderer.answer() as view:
+                shown.append(view)
+                try:
+                    finished = drain(events, view.chunk)
+                except KeyboardInterrupt:
+                    interrupted = True
+                except OSError as exc:  # a closed terminal (SIGHUP), a full disk: keep the turn
+                    interrupted, lost = True, exc
+                except ContextFullError as exc:
+                    self.renderer.error(f"context full ({exc}): /clear, /undo, or raise --ctx")
+                    return None
+                with ending.held():  # a signal now cannot tear the record
+                    turn = self._commit(text, view.text, finished, interrupted, view, files)
+                if lost is None:
+                    view.finish(finished, interrupted)
+        except OSError as exc:  # taking the live view down, or the finished answer
+            lost = exc
+        ending.leave_if_ended()  # a terminal gone with SIGHUP: saved, leave quietly
+        if lost is not None:
+            raise OutputError(f"cannot write the answer: {describe(lost)} (the turn is "
+                              "saved)") from None
         return turn
 
     def _fit(self, text: str) -> list[Message]:
@@ -117,8 +132,10 @@ class ChatSession:
         """Keep the turn and write it to disk right away, before anything is printed."""
         stats = finished.stats if finished is not None else view.stats
         answer = finished.text if finished is not None else partial
-        if interrupted and not answer:
-            return None  # nothing was said yet: no turn to keep (the question is in history)
+        if interrupted and not answer and ending.code() is None:
+            # Ctrl-C before a word: no turn to keep (the question is in the input history).
+            # A signal that ends the chat keeps it: there is no next line to press Up on.
+            return None
         turn = Turn(user=text, assistant=answer, interrupted=interrupted,
                     reason=finished.reason if finished is not None else "",
                     stats=stats.to_dict() if stats is not None else None,
@@ -169,8 +186,21 @@ class ChatSession:
         try:
             self.store.append(record)
         except StorageError as exc:
-            self.renderer.error(f"not saved: {exc} (the chat goes on; /save FILE keeps it "
-                                "elsewhere)")
+            if not self.unsaved:  # a read-only or full disk is said once, not every turn
+                self.renderer.error(f"not saved: {exc} (the chat goes on; /save FILE keeps "
+                                    "it elsewhere)")
+            self.unsaved = True
+        else:
+            self.unsaved = False
+
+    def check_saving(self) -> None:
+        """Say at the start, once, when turns cannot be saved (a read-only state directory):
+        the chat goes on without saving."""
+        problem = self.store.problem()
+        if problem is not None:
+            self.renderer.note(f"turns will not be saved: {problem} (the chat goes on; "
+                               "/save FILE keeps a copy elsewhere)")
+            self.unsaved = True
 
     def load(self, path: Path) -> None:
         """Continue from a saved file; new turns go to a new file, the loaded one stays."""

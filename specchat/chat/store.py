@@ -9,7 +9,8 @@ the current state and nothing is ever rewritten in place.
 from __future__ import annotations
 
 import json
-import sys
+import os
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,20 +21,23 @@ from specchat import storage
 from specchat.chat.conversation import Conversation
 from specchat.errors import UsageError
 from specchat.paths import conversations_dir
+from specchat.term.safe import note
 
 FORMAT = "specchat-conversation"
 VERSION = 1
+CONVERSATION_LIMIT = 1 << 30  # files of 16 MiB attachments add up; /dev/zero does not get in
+FIRST_LINE_LIMIT = 1 << 16  # the meta record that starts a conversation file is short
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """All complete records of a file; a torn or garbled line (a crash mid-write) is skipped
     and named on stderr, so a damaged file is noticed without losing the rest of it."""
     try:
-        raw = path.read_bytes()
+        raw = storage.read_limited(path, CONVERSATION_LIMIT)
     except FileNotFoundError:
         raise UsageError(f"no conversation file at {path}") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except storage.StorageError as exc:
+        raise UsageError(str(exc)) from None
     records: list[dict[str, Any]] = []
     skipped: list[int] = []
     for number, line in enumerate(raw.split(b"\n"), 1):
@@ -51,9 +55,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         raise UsageError(f"{path} is not a specchat conversation (JSON Lines) file")
     if skipped:
         where = ", ".join(str(n) for n in skipped[:5]) + (", ..." if len(skipped) > 5 else "")
-        print(f"specchat: note: {path}: skipped {len(skipped)} damaged line"
-              f"{'s' if len(skipped) > 1 else ''} (line {where}; a crash mid-write?)",
-              file=sys.stderr)
+        note(f"specchat: note: {path}: skipped {len(skipped)} damaged line"
+             f"{'s' if len(skipped) > 1 else ''} (line {where}; a crash mid-write?)")
     return records
 
 
@@ -94,6 +97,17 @@ class Store:
         storage.append_bytes(self.path, data.encode("utf-8"))
         self._pending = []
 
+    def problem(self) -> str | None:
+        """Why records cannot be written now (a read-only state directory), or None."""
+        try:
+            directory = self.path.parent if self.path is not None else \
+                storage.make_dirs(conversations_dir())
+        except storage.StorageError as exc:
+            return str(exc)
+        if not os.access(directory, os.W_OK):
+            return f"cannot write in {directory} (read-only, or not yours)"
+        return None
+
     def seed(self, conversation: Conversation) -> None:
         """Start this file from an existing state (after /load or /clear).
 
@@ -106,7 +120,9 @@ def has_records(path: Path) -> bool:
     """True when `path` holds at least one complete record (a 0-byte file holds none)."""
     try:
         with path.open("rb") as handle:
-            first = handle.readline()
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return False
+            first = handle.readline(FIRST_LINE_LIMIT)
     except OSError:
         return False
     try:

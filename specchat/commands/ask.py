@@ -27,6 +27,7 @@ from specchat.settings.load import LoadSettings
 from specchat.settings.schema import parse_size
 from specchat.term import output
 from specchat.term.progress import PrefillProgress
+from specchat.term.safe import note
 from specchat.term.summary import summary_line
 
 
@@ -64,9 +65,9 @@ def ask(
                               for a, n in zip(attached, counts, strict=True)]
         output.write(json.dumps(out, ensure_ascii=False) + "\n")
     if stats:
-        print(summary_line(finished.stats, finished.reason), file=sys.stderr)
+        note(summary_line(finished.stats, finished.reason))
         if attached:
-            print(attachments_line(attached, counts), file=sys.stderr)
+            note(attachments_line(attached, counts))
     if problem:
         raise SpecchatError(problem)
 
@@ -144,8 +145,10 @@ def _ask_local(settings: Settings, options: GenerationOptions, attached: list[At
         counts: list[int | None] = list(measure(attached, runtime.text_tokens,
                                                 runtime.n_ctx))
         message = compose(attached, text)
-        tokens = runtime.fitting(runtime.raw_tokens(message) if raw else runtime.chat_prompt(
-            messages_for(message, settings["system"]), options))
+        prompt = message if raw else messages_for(message, settings["system"])
+        runtime.refuse_certainly_long(prompt)  # before tokenizing a prompt that cannot fit
+        tokens = runtime.fitting(runtime.raw_tokens(message) if isinstance(prompt, str) else
+                                 runtime.chat_prompt(prompt, options))
         finished = stream_answer(
             lambda progress: runtime.stream(tokens, options, progress=progress), echo)
         if finished is not None:

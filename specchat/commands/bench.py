@@ -43,6 +43,7 @@ from specchat.bench.report import (
 )
 from specchat.bench.runner import BenchResult, Step, parse_modes, run_bench
 from specchat.commands import common as c
+from specchat.commands.benchreplay import record_command, replay_command
 from specchat.engine.options import Spec
 from specchat.errors import EXIT_INTERRUPTED, ModelError, SpecchatError, UsageError
 from specchat.settings.file import Settings
@@ -93,8 +94,24 @@ def bench(
     json_schemas: Annotated[bool, typer.Option(
         "--json-schemas", help="Run the built-in set of JSON-schema prompts: every answer "
         "constrained to JSON that matches its schema.")] = False,
+    record_file: Annotated[Optional[str], typer.Option(
+        "--record", metavar="FILE", help="Record acceptance instead of timing: the target's "
+        "greedy answers and the draft's proposal at every position, as JSON for "
+        "--cost-profile replays.")] = None,
+    cost_profile: Annotated[Optional[str], typer.Option(
+        "--cost-profile", metavar="FILE", help="Replay recorded acceptance on this cost "
+        "profile (a JSON file, or a built-in profile's name) instead of running models.")
+    ] = None,
+    recording: Annotated[Optional[str], typer.Option(
+        "--recording", metavar="FILE", help="What --cost-profile replays: a recording file "
+        "or a built-in one's name (default: the built-in set's).")] = None,
     *, settings: Settings,
 ) -> None:
+    replaying = _check_runs(file, record_file, calibrate, cost_profile, recording)
+    if replaying:
+        replay_command(cost_profile, recording, categories, limit, modes, json_file,
+                       draft_max=settings["draft_max"])
+        return
     options = c.options_from(settings).with_values(spec=Spec.OFF)
     ctx = settings["ctx"]
     mode_list = parse_modes(modes, DEFAULT_MODES)
@@ -104,6 +121,10 @@ def bench(
     builtin = bp.JSON_NAME if json_schemas else bp.BUILTIN_NAME
     chosen = [] if calibrate else _chosen_prompts(file, categories, limit, builtin)
     _check_writable(json_file)
+    if record_file is not None:
+        _check_writable(record_file)
+        record_command(settings, file, chosen, options.max_tokens, Path(record_file))
+        return
     loading = replace(LoadSettings.from_settings(settings, quiet=json_file == "-"),
                       spec=_load_spec(mode_list, calibrate))
     with open_runtime(loading) as runtime:
@@ -134,6 +155,20 @@ def bench(
         raise SpecchatError("no prompt fitted in the context: raise --ctx or lower --max-tokens")
     if result.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _check_runs(file: Path | None, record_file: str | None, calibrate: bool,
+                cost_profile: str | None, recording: str | None) -> bool:
+    """Which kind of run the flags ask for (True: a priced replay); flags of two kinds are a
+    usage error rather than one of them being ignored."""
+    if cost_profile is not None or recording is not None:
+        if file is not None or record_file is not None or calibrate:
+            raise UsageError("--cost-profile replays a recording (--recording FILE); it runs "
+                             "no model: leave out the prompts file, --record and --calibrate")
+        return True
+    if record_file is not None and calibrate:
+        raise UsageError("--record and --calibrate are separate runs: choose one")
+    return False
 
 
 def _plain_peer(runtime: Runtime, loading: LoadSettings) -> ChatCompletionPeer | None:

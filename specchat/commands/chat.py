@@ -14,7 +14,7 @@ from prompt_toolkit.output import Output, create_output
 from specchat import storage
 from specchat.backend.base import Backend
 from specchat.backend.loading import open_runtime
-from specchat.chat import repl
+from specchat.chat import ending, repl
 from specchat.chat.attach import Attachment, measure, read_files
 from specchat.chat.conversation import Conversation
 from specchat.chat.render import RenderConfig, Renderer
@@ -61,7 +61,7 @@ def chat(
     try:
         backend: Backend = c.open_remote(settings, options) if settings["endpoint"] else \
             open_runtime(LoadSettings.from_settings(settings, quiet=piped))
-        with backend as runtime:
+        with backend as runtime, ending.installed():
             session = make_session(runtime, options, conversation, store, errors,
                                    plain=settings["plain"], show_draft=settings["show_draft"])
             apply_system(session, settings["system"])
@@ -134,7 +134,10 @@ def apply_system(session: ChatSession, system: str | None) -> None:
 
 
 def one_shot(session: ChatSession, question: str) -> int:
-    turn = session.ask(question.rstrip("\n"))
+    try:
+        turn = session.ask(question.rstrip("\n"))
+    except ending.Ended as exc:  # SIGTERM or SIGHUP: the partial turn is saved
+        return exc.code
     return EXIT_INTERRUPTED if turn is None or turn.interrupted else 0
 
 
@@ -146,6 +149,7 @@ def interactive(session: ChatSession) -> int:
         session.renderer.replay(conv.system, conv.turns)
     how = f"at {info.endpoint}" if info.endpoint else f"mode {session.options.spec}"
     session.renderer.dim(f"specchat · {model} · {how} · /help for commands · Ctrl-D leaves")
+    session.check_saving()
     prompt = repl.make_prompt(session, history_path=input_history_file(),
                              output=_prompt_output())
     return repl.run(session, prompt)

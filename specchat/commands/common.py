@@ -51,4 +51,4 @@ def open_remote(settings: Settings, options: GenerationOptions) -> RemoteRuntime
         raise UsageError("--spec has no effect with --endpoint: the server chooses how it "
                          "speculates (specchat serve --spec MODE)")
     return RemoteRuntime(settings["endpoint"], settings.get("api_key"), settings.get("model"),
-                         options)
+                         options, timeout=settings["timeout"])

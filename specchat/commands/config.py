@@ -8,6 +8,7 @@ from specchat.paths import config_file
 from specchat.settings.file import Settings
 from specchat.settings.flags import with_options
 from specchat.settings.schema import BY_NAME, OPTIONS
+from specchat.term import output
 
 app = typer.Typer(help="Show every option's effective value and its source (flag, env, "
                   "profile NAME, file, default); `config path` prints the config file's path.",
@@ -32,9 +33,9 @@ def config(context: typer.Context, *, settings: Settings | None) -> None:
     width = max(len(n) for n in NAMES)
     value_width = min(max(len(v) for v in shown.values()), 30)
     for name in NAMES:
-        print(f"{name:<{width}}  {shown[name]:<{value_width}}  {settings.sources[name]}")
+        output.line(f"{name:<{width}}  {shown[name]:<{value_width}}  {settings.sources[name]}")
 
 
 @app.command("path", help="Print the config file's path (whether or not it exists yet).")
 def path() -> None:
-    print(config_file())
+    output.line(str(config_file()))

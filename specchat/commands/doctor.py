@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import typer
 
 from specchat import __version__
+from specchat.term import output
+from specchat.term.safe import visible
 
 # ggml registry backend name -> backends/ profile that builds it.
 PROFILE_FOR_BACKEND = {"CUDA": "cuda", "Metal": "metal", "Vulkan": "vulkan", "CPU": "cpu"}
@@ -69,12 +71,12 @@ def doctor_command(
     """Check the install: versions, llama.cpp build and GPU offload, model cache, backend hint."""
     rows, healthy = collect()
     if as_json:
-        print(json.dumps(dict(rows), indent=2))
+        output.line(json.dumps(dict(rows), indent=2))
     elif sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
         _print_rich(rows)
     else:
         for key, value in rows:
-            print(f"{key}: {value}")
+            output.line(f"{key}: {value}")
     if not healthy:
         raise typer.Exit(1)
 
@@ -92,6 +94,7 @@ def collect() -> tuple[list[tuple[str, str]], bool]:
     if built is not None:
         rows += _guard("gpu fit", _gpu_rows)
     rows += _guard("calibration", _calibration_rows)
+    rows += _guard("flash attention", _flash_rows)
     if built is None:
         profile = suggest_profile("CPU", Machine.here())[0]
         rows.append(("hint", f"install llama-cpp-python: backends/install.sh {profile}"))
@@ -122,22 +125,39 @@ def _gpu_rows() -> list[tuple[str, str]]:
 
 def _calibration_rows() -> list[tuple[str, str]]:
     """What `auto` measured here: verify cost ratios per model (bench --calibrate: details)."""
+    from specchat.backend.calibration import CalibrationCache, Samples
     from specchat.paths import calibration_file
 
-    path = calibration_file()
-    try:
-        entries = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return [("calibration", "none yet: the first `auto` run measures it "
-                 "(or run `specchat bench --calibrate`)")]
+    tables = [e for e in CalibrationCache(calibration_file()).read().values()
+              if isinstance(e, dict) and isinstance(e.get("seconds"), list) and e["seconds"]]
+    if not tables:
+        return [("calibration", "none yet: the first `auto` runs measure it, a few seconds "
+                 "each (or run `specchat bench --calibrate`)")]
     rows = []
-    for entry in entries.values():
-        seconds = entry.get("seconds") or [0.0]
+    for entry in tables:
+        seconds = entry["seconds"]
         ratios = ", ".join(f"{n}:{seconds[n - 1] / seconds[0]:.2f}"
                            for n in (2, 4, 8, 17) if n <= len(seconds))
+        samples = Samples.from_entry(entry)
+        final = sum(1 for n in samples.best if samples.final(n))
         rows.append((f"calibration {entry.get('model', '?')}",
-                     f"step {seconds[0] * 1000:.1f} ms; batch cost x step {ratios}"))
+                     f"step {seconds[0] * 1000:.1f} ms; batch cost x step {ratios}; "
+                     f"{final}/{len(seconds)} sizes final"))
     return rows
+
+
+def _flash_rows() -> list[tuple[str, str]]:
+    """Flash attention as loads will choose it (the option and where it came from), and what
+    `bench --calibrate` measured here."""
+    from specchat.backend.calibration import CalibrationCache
+    from specchat.backend.flashattn import describe
+    from specchat.paths import calibration_file
+    from specchat.settings.file import resolve
+
+    settings = resolve(["flash_attn"], {})
+    measured = {k: v for k, v in CalibrationCache(calibration_file()).read().items()
+                if k.startswith("flash-attn-")}
+    return describe(settings["flash_attn"], settings.sources["flash_attn"], measured)
 
 
 def _cache_rows() -> list[tuple[str, str]]:
@@ -172,11 +192,12 @@ def _guard(label: str, probe: Callable[[], list[tuple[str, str]]]) -> list[tuple
 
 def _print_rich(rows: list[tuple[str, str]]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="specchat doctor", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(overflow="fold")
-    for key, value in rows:
-        table.add_row(key, value)
+    for key, value in rows:  # file and model names: shown, not obeyed, and not markup
+        table.add_row(escape(visible(key)), escape(visible(value)))
     Console().print(table)

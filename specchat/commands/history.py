@@ -1,4 +1,8 @@
-"""`specchat history`: list, search, show, remove and export saved conversations."""
+"""`specchat history`: list, search, show, remove and export saved conversations.
+
+What it prints came from models and users: it goes through term.output (shown, not obeyed, on
+a terminal; exact into a pipe or a file; a full disk is one line and exit 1).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ from specchat import storage
 from specchat.chat import archive
 from specchat.chat.store import summaries
 from specchat.errors import UsageError
+from specchat.term import output
+from specchat.term.safe import note
 
 app = typer.Typer(help="Saved conversations: list (newest first), search, show, rm, export. "
                   "ID: a conversation's ID, a unique prefix of it, or `last`.",
@@ -38,14 +44,14 @@ def history(
         raise UsageError(f"history --limit {limit}: give at least 1 (how many to list)")
     rows = list(summaries(limit))
     if not rows:
-        print("no saved conversations yet", file=sys.stderr)
+        note("no saved conversations yet")
         return
     for row in rows:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.modified))
         first = row.first if len(row.first) <= 50 else row.first[:49] + "…"
-        print(f"{row.path.stem:<17}  {when}  {row.turns:>3} turns  {row.model or '?':<18}  "
-              f"{first}")
-        print(f"{'':<17}  {row.path}")
+        output.line(f"{row.path.stem:<17}  {when}  {row.turns:>3} turns  "
+                    f"{row.model or '?':<18}  {first}")
+        output.line(f"{'':<17}  {row.path}")
 
 
 @app.command("search", help="Lines that contain TEXT (any case), newest conversation first.")
@@ -55,15 +61,15 @@ def search(text: Annotated[str, typer.Argument(help="What to look for.")]) -> No
     found = 0
     for match in archive.search(text):
         found += 1
-        print(f"{match.path.stem}  turn {match.turn}  {match.who}: "
-              f"{archive.excerpt(match.line, text)}")
+        output.line(f"{match.path.stem}  turn {match.turn}  {match.who}: "
+                    f"{archive.excerpt(match.line, text)}")
     if not found:
-        print(f"nothing matches {text!r}", file=sys.stderr)
+        note(f"nothing matches {text!r}")
 
 
 @app.command("show", help="Print a conversation (Markdown).")
 def show(ident: Ident) -> None:
-    sys.stdout.write(archive.to_markdown(archive.find(ident)))
+    output.write(archive.to_markdown(archive.find(ident)))
 
 
 @app.command("rm", help="Delete a conversation (asks first unless --yes).")
@@ -78,20 +84,20 @@ def rm(ident: Ident,
         first = conversation.turns[0].user.splitlines()[0][:60] if conversation.turns else ""
         question = f"delete {path.stem} ({len(conversation.turns)} turns: {first!r})?"
         if not typer.confirm(question, default=False, err=True):
-            print("nothing deleted", file=sys.stderr)
+            note("nothing deleted")
             return
     try:
         path.unlink()
     except OSError as exc:
         raise UsageError(f"cannot delete {path}: {storage.describe(exc)}") from None
-    print(f"deleted {path.stem}", file=sys.stderr)
+    note(f"deleted {path.stem}")
 
 
 @app.command("export", help="Write a conversation as Markdown or JSON (stdout, or -o FILE).")
 def export(
     ident: Ident,
     fmt: Annotated[str, typer.Option("--format", help="markdown or json.")] = "markdown",
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here "
+    to: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here "
                       "instead of stdout (never replaces a file without --force).",
                       dir_okay=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace -o FILE if it "
@@ -101,11 +107,11 @@ def export(
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     path = archive.find(ident)
     text = archive.to_json(path) if fmt == "json" else archive.to_markdown(path)
-    if output is None:
-        sys.stdout.write(text)
+    if to is None:
+        output.write(text)
         return
     try:
-        storage.atomic_write(output, text, overwrite=force)
+        storage.atomic_write(to, text, overwrite=force)
     except FileExistsError:
-        raise UsageError(f"{output} exists: pass --force to replace it") from None
-    print(f"wrote {output}", file=sys.stderr)
+        raise UsageError(f"{to} exists: pass --force to replace it") from None
+    note(f"wrote {to}")

@@ -27,6 +27,8 @@ from specchat.models.progress import human_size
 from specchat.models.resolve import hub_ref_or_none
 from specchat.models.store import recorded_sha256
 from specchat.paths import hub_cache_dir
+from specchat.term import output
+from specchat.term.safe import note, visible
 
 COLUMNS: tuple[str, ...] = ("name", "role", "size", "present", "draft", "path")
 
@@ -51,19 +53,19 @@ def models_command(
     hub = [{"repo": f.repo, "file": f.file, "size": f.size, "path": str(f.path),
             "ref": f"{f.repo}:{f.file.rsplit('/', 1)[-1]}"} for f in cached_gguf_files()]
     if as_json:
-        print(json.dumps({"cache": str(cache_dir()), "default": DEFAULT_TARGET, "models": rows,
-                          "hub_cache": str(hub_cache_dir()), "hub": hub}, indent=2))
+        output.line(json.dumps({"cache": str(cache_dir()), "default": DEFAULT_TARGET,
+                                "models": rows, "hub_cache": str(hub_cache_dir()), "hub": hub},
+                               indent=2))
         return
     if sys.stdout.isatty():
         _print_rich(rows)
     else:
         _print_plain(rows)
     if hub:
-        print()
+        output.line()
         _print_hub(hub)
-    print(f"cache: {cache_dir()}   (* default target)", file=sys.stderr)
-    print(f"Hugging Face cache: {hub_cache_dir()}   (use as -m REPO or -m REPO:FILE)",
-          file=sys.stderr)
+    note(f"cache: {cache_dir()}   (* default target)")
+    note(f"Hugging Face cache: {hub_cache_dir()}   (use as -m REPO or -m REPO:FILE)")
 
 
 def pull_command(
@@ -81,11 +83,11 @@ def pull_command(
     chosen = [hub_ref_or_none(name, presets) or find_preset(name, presets) for name in names]
     for item in chosen:
         if not isinstance(item, Preset):
-            print(resolve_ref(item, quiet=quiet, force=force), flush=True)
+            output.line(str(resolve_ref(item, quiet=quiet, force=force)))
             continue
         if preset_present(item) and not force and not quiet:
-            print(f"specchat: {item.name} is already present", file=sys.stderr)
-        print(fetch_preset(item, quiet=quiet, force=force), flush=True)
+            note(f"specchat: {item.name} is already present")
+        output.line(str(fetch_preset(item, quiet=quiet, force=force)))
 
 
 def _row(preset: Preset) -> dict[str, Any]:
@@ -122,7 +124,7 @@ def _print_plain(rows: list[dict[str, Any]]) -> None:
     widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS) - 1)]
     for line in table:
         head = "  ".join(cell.ljust(w) for cell, w in zip(line[:-1], widths, strict=True))
-        print(f"{head}  {line[-1]}")
+        output.line(f"{head}  {line[-1]}")
 
 
 def _print_drafts(spec: str, as_json: bool) -> None:
@@ -130,7 +132,7 @@ def _print_drafts(spec: str, as_json: bool) -> None:
 
     target, found = drafts_for(spec)
     if as_json:
-        print(json.dumps({"target": str(target), "candidates": [
+        output.line(json.dumps({"target": str(target), "candidates": [
             {"name": c.name, "size": c.size, "can_draft": c.verdict, "reason": c.reason,
              "path": c.path} for c in found]}, indent=2))
         return
@@ -139,9 +141,9 @@ def _print_drafts(spec: str, as_json: bool) -> None:
         [c.name, marks[c.verdict], human_size(c.size), c.reason] for c in found]
     widths = [max(len(line[i]) for line in table) for i in range(3)]
     for line in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(line[:3], widths, strict=True))
-              + "  " + line[3])
-    print(f"target: {target}", file=sys.stderr)
+        output.line("  ".join(cell.ljust(w) for cell, w in zip(line[:3], widths, strict=True))
+                    + "  " + line[3])
+    note(f"target: {target}")
 
 
 def _print_hub(hub: list[dict[str, Any]]) -> None:
@@ -150,7 +152,7 @@ def _print_hub(hub: list[dict[str, Any]]) -> None:
                                          for h in hub]
     widths = [max(len(line[i]) for line in table) for i in range(2)]
     for line in table:
-        print(f"{line[0].ljust(widths[0])}  {line[1].ljust(widths[1])}  {line[2]}")
+        output.line(f"{line[0].ljust(widths[0])}  {line[1].ljust(widths[1])}  {line[2]}")
 
 
 def _print_rich(rows: list[dict[str, Any]]) -> None:
@@ -162,7 +164,7 @@ def _print_rich(rows: list[dict[str, Any]]) -> None:
     for column in COLUMNS:
         table.add_column(column.upper(), overflow="fold", no_wrap=column != "path")
     for row in rows:
-        cells = [escape(c) for c in _cells(row)]
+        cells = [escape(visible(c)) for c in _cells(row)]
         cells[3] = "[green]yes[/]" if row["present"] else "[dim]no[/]"
         table.add_row(*cells)
     Console().print(table)

@@ -3,8 +3,10 @@
 The choice is between a plain step (k=0), prompt lookup (nearly free to propose, one-hot q)
 and the draft model (costs draft steps), each with its own k, from measured verify costs and
 the acceptance observed so far (per drafter, per draft position; for prompt lookup also by
-how long the n-gram match is). The state that learns lives in AutoState and is kept across
-answers (a chat, a benchmark), so each answer starts from what the last one taught.
+how long the n-gram match is). Once the draft model is chosen, how far it drafts follows its
+own confidence in each token (draftlength.py). The state that learns lives in AutoState and
+is kept across answers (a chat, a benchmark), so each answer starts from what the last one
+taught.
 
 Exactness does not depend on any of this: the loop verifies whatever is proposed.
 """
@@ -38,6 +40,15 @@ from specchat.engine.drafters import (
     DraftModelDrafter,
     PromptLookupDrafter,
 )
+from specchat.engine.draftlength import (
+    CONFIDENCE,
+    CONFIDENCE_EDGES,
+    CONFIDENCE_PRIORS,
+    CatchUp,
+    DraftLength,
+    confidence_bucket,
+    longest_useful,
+)
 from specchat.engine.protocol import common_prefix
 
 # Ratios of a CPU verify batch to one step (docs/costs.md, Qwen 1.5B on 2 cores): a cautious
@@ -54,6 +65,10 @@ OPTIMISM = 0.5  # how much an uncertain estimate is given the benefit of the dou
 BEST_DRAFT_ACCEPTANCE = 0.95  # above what the 0.5B draft reached here (docs/costs.md: 79%)
 MAX_MATCH_EXTENSION = 32  # how far back a match is followed to measure its real length
 MAX_SHADOWS = 64  # undrafted lookups waiting for the target's tokens to score them
+# A draft model's cache lagging more than this is cold: it catches up only once the answer
+# has shown that it pays (draftlength.CatchUp); less is caught up in its next step.
+COLD_LAG = 64
+EXPLORE_TRIALS = 10  # draft-model steps before its rent is reckoned without optimism
 
 
 @dataclass
@@ -71,6 +86,9 @@ class AutoState:
     def model(self, key: Hashable) -> AcceptanceModel:
         if key not in self.models:
             assert isinstance(key, tuple)
+            if key[0] == CONFIDENCE:  # one rate per bucket of the draft's confidence
+                self.models[key] = AcceptanceModel(CONFIDENCE_PRIORS[key[1]])
+                return self.models[key]
             base = NGRAM_PRIORS[key[1]] if key[0] == "ngram" else DRAFT_MODEL_PRIOR
             later = NGRAM_LATER_PRIORS[key[1]] if key[0] == "ngram" else None
             self.models[key] = AcceptanceModel(
@@ -120,8 +138,9 @@ class AutoState:
 
     def explain(self) -> dict[str, Any]:
         """Why auto drafts what it drafts: for /stats and --json."""
-        rates = {
-            _key_name(key): [round(m.rate(i), 3) for i in range(1, 5)]
+        rates = {  # a confidence bucket has one rate: every token is judged on its own
+            _key_name(key): [round(m.rate(i), 3) for i in range(1, 2 if _is_confidence(key)
+                                                                 else 5)]
             for key, m in sorted(self.models.items(), key=lambda kv: _key_name(kv[0]))
         }
         return {
@@ -138,12 +157,18 @@ class AutoState:
 
 
 def _parse_key(name: object) -> tuple[Any, ...] | None:
-    """("ngram", bucket, streak) or ("draft", streak) from its JSON form, else None."""
+    """("ngram", bucket, streak), ("draft", streak) or ("confidence", bucket) from its JSON
+    form, else None."""
     try:
         key = tuple(json.loads(name)) if isinstance(name, str) else None
     except ValueError:
         return None
-    if not key or key[-1] not in STREAK_PRIOR_SHIFT or isinstance(key[-1], bool):
+    if not key:
+        return None
+    if key[0] == CONFIDENCE:
+        known = len(key) == 2 and key[1] in range(len(CONFIDENCE_PRIORS))
+        return key if known and not isinstance(key[1], bool) else None
+    if key[-1] not in STREAK_PRIOR_SHIFT or isinstance(key[-1], bool):
         return None
     if key[0] == "ngram" and len(key) == 3 and key[1] in range(len(NGRAM_PRIORS)):
         return key
@@ -160,9 +185,16 @@ def _counts(counts: object, name: str) -> list[float] | None:
     return [float(v) for v in values]
 
 
+def _is_confidence(key: Hashable) -> bool:
+    return isinstance(key, tuple) and key[0] == CONFIDENCE
+
+
 def _key_name(key: Hashable) -> str:
     if not isinstance(key, tuple):
         return str(key)
+    if key[0] == CONFIDENCE:
+        edges = (0.0, *CONFIDENCE_EDGES, 1.0)
+        return f"draft/confidence-{edges[key[1]]:.2f}-{edges[key[1] + 1]:.2f}"
     last = {NO_DRAFT_YET: "first", LAST_FULL: "after-full", LAST_FAILED: "after-miss"}[key[-1]]
     if key[0] == "ngram":
         kind = "ambiguous-ngram" if key[1] == AMBIGUOUS else f"match-bucket-{key[1]}"
@@ -182,15 +214,22 @@ class AutoPolicy:
         self.k_max = k_max
         self.draft = draft if draft is not None and state.draft_model_can_pay(k_max) else None
         self._key: Hashable | None = None
-        self._last = NO_DRAFT_YET
+        self._drafter: str | None = None  # who drafted the step being verified
+        # How each drafter's last draft went: a draft model's miss says little about the
+        # next lookup, and the other way round.
+        self._last = {"ngram": NO_DRAFT_YET, "draft": NO_DRAFT_YET}
         # Lookups auto saw but did not draft: (key, continuation, context length then).
         self._shadows: list[tuple[Hashable, tuple[int, ...], int]] = []
+        self._confidence: list[float] = []  # the draft model's, per token it drafted last
+        self._catch_up = CatchUp()  # what a cold draft model would have saved this answer
         state.new_answer()
 
     def prepare(self, context: Sequence[int]) -> None:
         self.ngram.prepare(context)
         if self.draft is not None:
-            self.draft.prepare(context)
+            # Filled now only when it holds most of the context already (draftlength.py).
+            lag = len(context) - 1 - common_prefix(self.draft.model.tokens, context[:-1])
+            self.draft.prepare(context, fill=lag <= COLD_LAG)
 
     def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
         self.ngram.prepare(context)  # syncs the index with the committed context
@@ -200,18 +239,21 @@ class AutoPolicy:
         avail = self.ngram.index.tokens[start: start + limit] if n else []
         bucket = AMBIGUOUS if n and self.ngram.index.ambiguous(n) else match_bucket(
             self._match_length(n, start))
-        candidates = self._candidates(context, limit, avail, bucket)
+        candidates, cold = self._candidates(context, limit, avail, bucket)
         choice = choose(self.state.target_costs, candidates, self.state.model,
                         overhead=self.state.overhead, optimism=OPTIMISM)
+        if cold is not None:
+            self._catch_up.rent(self._saving(cold, choice))
         self.state.last = choice
         self.state.decisions[f"{choice.drafter or 'plain'}"] += 1
         self._key = next((c.key for c in candidates if c.drafter == choice.drafter), None)
+        self._drafter = choice.drafter
         if choice.drafter != "ngram" and avail and len(self._shadows) < MAX_SHADOWS:
             self._shadows.append((candidates[0].key, tuple(avail), len(context)))
         if choice.drafter == "ngram":
             return Draft(tuple(avail[: choice.k]), None)
         if choice.drafter == "draft" and self.draft is not None:
-            return self.draft.propose(context, choice.k, rng)
+            return self._draft_model(context, choice, limit, rng)
         return EMPTY_DRAFT
 
     def rollback(self, context: Sequence[int]) -> None:
@@ -226,12 +268,17 @@ class AutoPolicy:
                 verify_seconds: float = 0.0) -> None:
         if self._key is not None and drafted:
             self.state.model(self._key).observe(drafted, accepted)
-            self._last = LAST_FULL if accepted >= drafted else LAST_FAILED
+            self._last[self._drafter or "ngram"] = (LAST_FULL if accepted >= drafted
+                                                    else LAST_FAILED)
+            for n, confidence in enumerate(self._confidence[: min(accepted + 1, drafted)]):
+                self.state.model((CONFIDENCE, confidence_bucket(confidence))).observe(
+                    1, int(n < accepted))
         elif not drafted:
             # A miss says the next step's draft is doubtful, not every later one: without
             # this, an answer whose draft once missed could stay plain through long copies.
-            self._last = NO_DRAFT_YET
+            self._last = dict.fromkeys(self._last, NO_DRAFT_YET)
         self._key = None
+        self._confidence = []
 
     def _resolve_shadows(self, context: Sequence[int]) -> None:
         """Score the lookups auto did not draft against what the target then wrote.
@@ -254,20 +301,59 @@ class AutoPolicy:
                 pending.append((key, avail, start))
         self._shadows = pending
 
+    def _draft_model(self, context: Sequence[int], choice: Choice, limit: int,
+                     rng: np.random.Generator) -> Draft:
+        """Draft with the draft model as far as its confidence says pays (draftlength.py),
+        at least as far as the choice's k would, then keep the tokens worth verifying."""
+        assert self.draft is not None and self.state.draft_costs is not None
+        target, step = self.state.target_costs, self.state.draft_costs.cost(1)
+        k = max(choice.k, longest_useful(target.cost, step, limit))
+        rule = DraftLength(lambda p: self.state.model((CONFIDENCE, confidence_bucket(p))).rate(1),
+                           step, target.cost,
+                           target.cost(1) / max(choice.expected_speedup, 1.0), k)
+        self.draft.stop = rule.stop
+        try:
+            draft = self.draft.propose(context, k, rng)
+        finally:
+            self.draft.stop = None
+        kept = rule.keep(self.draft.confidence[: len(draft.tokens)])
+        self._confidence = self.draft.confidence[:kept]
+        return Draft(draft.tokens[:kept], None if draft.q is None else draft.q[:kept])
+
     # --- choosing ----------------------------------------------------------------------------
     def _candidates(self, context: Sequence[int], k: int, avail: Sequence[int],
-                    bucket: int) -> list[Candidate]:
+                    bucket: int) -> tuple[list[Candidate], Candidate | None]:
+        """The drafters to choose between, and a cold draft model priced as if it were
+        warm (only for the rent it would have saved) until its catch-up is paid for."""
         out: list[Candidate] = []
         if avail:
-            out.append(Candidate("ngram", ("ngram", bucket, self._last),
+            out.append(Candidate("ngram", ("ngram", bucket, self._last["ngram"]),
                                  len(avail), lambda _k: 0.0))
-        if (self.draft is not None and self.state.draft_costs is not None
-                and not self.draft.blind):
-            costs = self.state.draft_costs
-            gap = max(1, len(context) - len(self.draft.model.tokens))
-            out.append(Candidate("draft", ("draft", self._last), k,
-                                 lambda kk: costs.cost(gap) + (kk - 1) * costs.cost(1)))
-        return out
+        if (self.draft is None or self.state.draft_costs is None or self.draft.blind):
+            return out, None
+        costs = self.state.draft_costs
+        gap = max(1, len(context) - len(self.draft.model.tokens))
+        cold = gap > COLD_LAG
+        catch_up = costs.cost(1 if cold else gap)  # a paid-for catch-up is spent already
+        draft = Candidate("draft", ("draft", self._last["draft"]), k,
+                          lambda kk: catch_up + (kk - 1) * costs.cost(1))
+        if cold and not self._catch_up.paid(costs.cost(gap) - costs.cost(1)):
+            return out, draft
+        return [*out, draft], None
+
+    def _saving(self, warm: Candidate, choice: Choice) -> float:
+        """Seconds a warm draft model would have saved this step over `choice`."""
+        # Benefit of the doubt only while the draft model has hardly been tried: without it
+        # a draft model that looks marginal would never be tried at all.
+        tried = self.state.decisions["draft"]
+        best = choose(self.state.target_costs, [warm], self.state.model,
+                      overhead=self.state.overhead,
+                      optimism=OPTIMISM if tried < EXPLORE_TRIALS else 0.0)
+        if best.drafter is None or best.expected_speedup <= choice.expected_speedup:
+            return 0.0
+        seconds = (self.state.target_costs.cost(best.k + 1) + warm.draft_seconds(best.k)
+                   + self.state.overhead)
+        return seconds * (best.expected_speedup / choice.expected_speedup - 1.0)
 
     def _match_length(self, n: int, start: int) -> int:
         """How long the suffix match really is (the index only keys up to a few tokens)."""

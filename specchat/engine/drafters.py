@@ -23,7 +23,14 @@ from specchat.engine.padding import (
     shared_logits,
 )
 from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefix
-from specchat.engine.sampling import biased, greedy_token, probs, recent_window, sample
+from specchat.engine.sampling import (
+    biased,
+    greedy_token,
+    probs,
+    recent_window,
+    sample,
+    top_probability,
+)
 
 
 @dataclass(frozen=True)
@@ -113,9 +120,20 @@ class DraftModelDrafter:
         self._drafted = False
         self._base = 0
         self._extra: list[int] = []
+        # A policy may stop a draft early: after each drafted token, stop(how many so far,
+        # the draft's probability of the last one) -> True ends the draft there. Stopping on
+        # the draft's own probabilities keeps sampling exact (the length never depends on
+        # the target). `confidence` holds those probabilities for the last draft.
+        self.stop: Callable[[int, float], bool] | None = None
+        self.confidence: list[float] = []
 
-    def prepare(self, context: Sequence[int]) -> None:
+    def prepare(self, context: Sequence[int], fill: bool = True) -> None:
+        """Take in the prompt; with fill=False only keep what the cache already holds of it
+        (the first propose() then evaluates the rest in one batch)."""
         self.blind = False
+        if not fill:
+            self.reset(context[:-1])
+            return
         # Everything but the last token: propose() evaluates that one to get q1.
         if 1 < len(context) <= self.model.n_ctx:
             head = context[:-1]
@@ -149,19 +167,24 @@ class DraftModelDrafter:
         logits = model.eval(list(unseen), [-1])[0]
         tokens: list[int] = []
         rows: list[np.ndarray] = []
-        eog = model.eog_tokens
+        self.confidence = []
+        eog, stop = model.eog_tokens, self.stop
         guide = self.constraint
         taken = 0  # tokens the constraint took in, given back at the end
         try:
             while True:
                 recent = recent_window(context, tokens, self.sampling.repeat_last_n)
-                token, q = (self._choose(logits, recent, rng) if guide is None else
-                            self._choose(logits, recent, rng, guide.allowed()))
+                confident = stop is not None
+                token, q, confidence = (
+                    self._choose(logits, recent, rng, confident) if guide is None else
+                    self._choose(logits, recent, rng, confident, guide.allowed()))
                 tokens.append(token)
+                self.confidence.append(confidence)
                 if q is not None:
                     rows.append(q)
                 # Nothing useful can follow an end-of-generation token.
-                if len(tokens) == k or token in eog:
+                if len(tokens) == k or token in eog or (
+                        stop is not None and stop(len(tokens), confidence)):
                     break
                 if guide is not None:
                     guide.advance([token])
@@ -175,14 +198,19 @@ class DraftModelDrafter:
         return Draft(tuple(tokens), None if self.sampling.greedy else tuple(rows))
 
     def _choose(self, logits: np.ndarray, recent: Sequence[int], rng: np.random.Generator,
-                allowed: np.ndarray | None = None) -> tuple[int, np.ndarray | None]:
-        """One draft token and the row q it was drawn from (None when greedy), q of the
-        target's length. Cut, then warp, then pad: engine/padding.py says why that order."""
+                confident: bool, allowed: np.ndarray | None = None
+                ) -> tuple[int, np.ndarray | None, float]:
+        """One draft token, the row q it was drawn from (None when greedy; q of the target's
+        length) and, when `confident`, the draft's probability of the token (else 1). Cut,
+        then warp (a grammar's mask `allowed` first), then pad: engine/padding.py says why
+        that order."""
         x = biased(shared_logits(logits, self.n_target), self.sampling, allowed)
         if self.sampling.greedy:
-            return greedy_token(x, recent, self.sampling), None
+            return (greedy_token(x, recent, self.sampling), None,
+                    top_probability(x) if confident else 1.0)
         q = probs(x, recent, self.sampling)
-        return sample(q, rng), pad_row(q, self.n_target)
+        token = sample(q, rng)
+        return token, pad_row(q, self.n_target), float(q[token])
 
     def rollback(self, context: Sequence[int]) -> None:
         if self._known is not None:

@@ -80,11 +80,23 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
     without a draft model, or a draft whose vocabulary size differs from the target's by
     more than the padding engine/padding.py can bridge.
     """
+    tokens = _checked(prompt)
+    policy = make_policy(options, target, draft, hooks.auto, hooks.constraint)
+    return generate_with(target, tokens, options, policy, hooks)
+
+
+def generate_with(target: LogitsModel, prompt: Sequence[int], options: GenerationOptions,
+                  policy: DraftPolicy, hooks: Hooks = Hooks()) -> Generator[Event, None, None]:
+    """The same loop with a draft policy of the caller's (priced replays run fixed and
+    oracle policies through it); options.spec then only labels the statistics."""
+    return _Run(target, _checked(prompt), options, policy, hooks).events()
+
+
+def _checked(prompt: Sequence[int]) -> list[int]:
     tokens = [int(t) for t in prompt]
     if not tokens:
         raise ValueError("the prompt is empty: at least one token is needed")
-    policy = make_policy(options, target, draft, hooks.auto, hooks.constraint)
-    return _Run(target, tokens, options, policy, hooks).events()
+    return tokens
 
 
 def make_drafter(options: GenerationOptions, target: LogitsModel,

@@ -49,6 +49,10 @@ class SamplingOptions:
     logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
+        # NaN fails every comparison below; infinity would pass some (an infinite temperature
+        # or penalty is no distribution at all), so finiteness is checked first, once, here.
+        for name in ("temperature", "top_p", "min_p", "repeat_penalty"):
+            _check(math.isfinite(getattr(self, name)), f"{name} must be a finite number")
         _check(self.temperature >= 0, "temperature must be >= 0 (0 is greedy)")
         _check(self.top_k >= 0, "top_k must be >= 0 (0 turns it off)")
         _check(0 < self.top_p <= 1, "top_p must be in (0, 1]")

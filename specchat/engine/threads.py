@@ -37,7 +37,8 @@ class ThreadGovernor:
     """Chooses between all threads and one, per step; kept across answers."""
 
     def __init__(self, max_threads: int, setters: Sequence[Callable[[int], None]],
-                 reference: float, share: Callable[[], int] | None = None) -> None:
+                 reference: float, share: Callable[[], int] | None = None,
+                 confirmed: bool = True) -> None:
         self.cores = max_threads  # what it was configured for
         self.max_threads = max_threads  # "all threads" now: cores / specchat processes decoding
         self.setters = list(setters)
@@ -55,6 +56,10 @@ class ThreadGovernor:
         self.since_switch = 0
         self.probe_every = PROBE_EVERY
         self.switches = 0
+        # A reference not taken on a quiet machine (a first start on a busy one) may be far
+        # too slow to show a collapse: then one thread is tried after the first window, and
+        # the two counts' measured speeds decide, as at every later check.
+        self.check_after = CHECK_EVERY if confirmed else WINDOW
 
     def observe(self, seconds: float, ratio: float) -> None:
         """A verify call took `seconds`; `ratio` = cost(n) / cost(1) for its batch."""
@@ -114,8 +119,9 @@ class ThreadGovernor:
                 self._set(1)
                 return
             self.probe_every = PROBE_EVERY
-        if median > SLOW * self.reference or self.since_switch >= CHECK_EVERY:
+        if median > SLOW * self.reference or self.since_switch >= self.check_after:
             self.probing = True
+            self.check_after = CHECK_EVERY
             self._set(1)
         else:
             self.reference = min(self.reference, median)

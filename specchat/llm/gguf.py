@@ -1,7 +1,10 @@
-"""GGUF files on disk, before llama.cpp sees them: the magic check and split-file parts."""
+"""GGUF files on disk, before llama.cpp sees them: the magic check, split-file parts, and
+what a file holds (a fingerprint of its content, for the prompt cache's keys)."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from pathlib import Path
 
@@ -26,6 +29,34 @@ def check_gguf_file(path: Path) -> Path:
         raise ModelError(f"{path} is not a GGUF model file (it does not start with 'GGUF'); "
                          f"convert it with llama.cpp or pick a .gguf file")
     return path
+
+
+HEAD_BYTES = 16 << 20  # the header (metadata, vocabulary, tensor index: 2-7 MB here) and more
+SAMPLES = 256  # blocks read evenly across the rest of the file
+SAMPLE_BYTES = 16 << 10
+
+
+def content_fingerprint(path: Path) -> str:
+    """What the file holds, in 32 hex digits: its size, its first 16 MiB whole (a GGUF header
+    with its vocabulary fits well inside) and 256 blocks of 16 KiB spread evenly over the
+    tensor data after it, 20 MB read and hashed (tens of milliseconds from the page cache).
+
+    A file replaced by another model, whatever its name, size and mtime, has another
+    fingerprint: another model's tensors differ in every block. The file's identity (inode
+    and change time, which no copy or `touch` can carry over) is folded in too, so a change
+    that happens to miss every sampled block still changes the key.
+    """
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        st = os.fstat(handle.fileno())
+        digest.update(f"{st.st_size}|{st.st_dev}|{st.st_ino}|{st.st_ctime_ns}|".encode())
+        digest.update(handle.read(HEAD_BYTES))
+        rest = st.st_size - HEAD_BYTES
+        if rest > 0:
+            for i in range(SAMPLES):
+                handle.seek(HEAD_BYTES + rest * i // SAMPLES)
+                digest.update(handle.read(SAMPLE_BYTES))
+    return digest.hexdigest()[:32]
 
 
 _SPLIT_PART = re.compile(r"^(?P<stem>.*)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$", re.IGNORECASE)

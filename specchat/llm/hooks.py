@@ -9,8 +9,13 @@ import signal
 import sys
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+# llama.cpp's verbose log quotes the model file's metadata (names, templates). How text is
+# made safe for a terminal is decided above this layer (term/safe.py): the CLI puts its
+# function here at start, so a hostile file's escapes are shown, not obeyed.
+shown: Callable[[str], str] = str
 
 
 class LogSink:
@@ -34,7 +39,7 @@ class LogSink:
             if level == self.ERROR:
                 self.errors.append(message)
             if self.verbose:
-                sys.stderr.write(message)
+                sys.stderr.write(shown(message))
         except KeyboardInterrupt:
             # Ctrl-C while C code calls back into Python: ctypes would print and swallow it.
             # Keep it until the C call returns (raise_pending_interrupt).

@@ -21,6 +21,7 @@ from specchat.errors import ModelError, UsageError
 from specchat.llm.batch import chunk_spans, normalize_rows, rows_in_span
 from specchat.llm.cbuf import log_reason, read_negative_size, read_tokens, token_or_none
 from specchat.llm.ggml import default_threads
+from specchat.llm.gguf import content_fingerprint
 from specchat.llm.lib import (
     ABORT,
     ABORT_CALLBACK,
@@ -34,7 +35,12 @@ from specchat.llm.lib import (
     open_model,
     read_metadata,
 )
-from specchat.llm.vocab import VocabInfo
+from specchat.llm.vocab import VOCAB_TYPES, VocabInfo
+
+WPM = next(k for k, v in VOCAB_TYPES.items() if v == "wpm")
+# fewest_tokens() scans the vocabulary only for a text of at least this many bytes per
+# context position: real text is 3-5 bytes a token, so such a text is tokenized at length.
+SCAN_FROM = 32
 
 
 def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None = None,
@@ -56,6 +62,9 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
     model = open_model(path, params, f"llama.cpp could not load {path}")
     try:
         n_ctx = _checked_ctx(n_ctx, int(llama_cpp.llama_model_n_ctx_train(model)), path)
+        # llama.cpp cuts a batch to the context it was asked for (and asserts, killing the
+        # process, on a longer one): so batches follow the context, whatever it rounds to.
+        n_batch = max(1, min(n_batch, n_ctx))
         ctx = _new_context(model, n_ctx, n_batch, n_threads or default_threads(), flash_attn)
     except BaseException:
         llama_cpp.llama_model_free(model)
@@ -113,11 +122,15 @@ class LlamaModel:
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._mem = llama_cpp.llama_get_memory(ctx)
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
-        self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))
-        self._n_batch = n_batch
+        self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))  # what llama.cpp made of the request
+        # The longest decode call this context takes: what was asked, as llama.cpp set it.
+        self._n_batch = min(n_batch, int(llama_cpp.llama_n_batch(ctx)),
+                            int(llama_cpp.llama_n_ubatch(ctx)))
         self.flash_attn: bool | None = None  # None: llama.cpp's own choice ("auto")
+        self._fingerprint: tuple[tuple[int, ...], str] | None = None  # (stat, content)
         self._tokens: list[int] = []
         self._pieces: dict[int, bytes] = {}
+        self._longest: int | None = None  # the most bytes one token stands for (fewest_tokens)
         self._eog: frozenset[int] | None = None
         self._metadata: dict[str, str] | None = None
         self._batch: Any = llama_cpp.llama_batch_init(n_batch, 0, 1)
@@ -205,8 +218,9 @@ class LlamaModel:
             row = llama_cpp.llama_get_logits_ith(self._ctx, i)
             out[k] = np.ctypeslib.as_array(row, shape=(self._n_vocab,))
 
-    def set_flash_attn(self, enabled: bool) -> None:
-        """A new, empty KV cache with flash attention on or off (same weights, threads)."""
+    def set_flash_attn(self, enabled: bool | None) -> None:
+        """A new, empty KV cache with flash attention on or off (None: llama.cpp's default),
+        same weights and threads."""
         self._check_open()
         n_threads = int(llama_cpp.llama_n_threads(self._ctx))
         ctx = _new_context(self._model, self._n_ctx, self._n_batch, n_threads, enabled)
@@ -239,12 +253,16 @@ class LlamaModel:
     # --- saved states (the prompt cache) ------------------------------------------------------
     @property
     def state_key(self) -> str:
-        """What a saved state is only valid for: this model file, as it is now, under this
-        llama.cpp build and placement (a state holds raw KV tensors in their layout)."""
+        """What a saved state is only valid for: this model's content (not its name, size or
+        mtime, which a replaced file can keep), under this llama.cpp build, placement and
+        attention kernel (a state holds raw KV tensors in their layout)."""
         st = self.path.stat()
-        return (f"{self.path.resolve()}|{st.st_size}|{st.st_mtime_ns}|"
+        seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if self._fingerprint is None or self._fingerprint[0] != seen:
+            self._fingerprint = (seen, content_fingerprint(self.path))
+        return (f"gguf {self._fingerprint[1]}|"
                 f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')}|"
-                f"gpu layers {self._gpu_layers}")
+                f"gpu layers {self._gpu_layers}|flash attention {self.flash_attn}")
 
     def save_state(self) -> bytes:
         """The KV cache of `tokens` as one opaque blob (load_state puts it back)."""
@@ -296,6 +314,23 @@ class LlamaModel:
             lambda arr, size: llama_cpp.llama_tokenize(self._vocab, data, len(data), arr, size,
                                                        add_special, parse_special),
             len(data) + 8)
+
+    def fewest_tokens(self, text: str) -> int:
+        """A lower bound on len(tokenize(text)), found in time linear in its length without
+        tokenizing it: the text's bytes over twice the longest token's (twice: a tokenizer
+        may normalize text to fewer bytes). 0 for WPM vocabularies (one [UNK] token can
+        stand for a whole word), and for texts under SCAN_FROM bytes per context position:
+        tokenizing those costs less than the one scan of the vocabulary the bound needs."""
+        size = len(text.encode("utf-8", errors="surrogatepass"))
+        if size < SCAN_FROM * self._n_ctx or \
+                int(llama_cpp.llama_vocab_type(self._vocab)) == WPM:
+            return 0
+        if self._longest is None:  # once per model: 0.4-1 s for 150,000-260,000 tokens
+            buf = ctypes.create_string_buffer(256)
+            pieces = (llama_cpp.llama_token_to_piece(self._vocab, t, buf, 256, 0, True)
+                      for t in range(self._n_vocab))
+            self._longest = max(abs(n) for n in pieces)  # -n: it needs n bytes
+        return size // (2 * max(self._longest, 1))
 
     def token_text(self, token: int) -> str:
         """The token's text as stored in the vocabulary (e.g. '<|im_end|>', 'Ġthe')."""

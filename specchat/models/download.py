@@ -102,22 +102,22 @@ def fetch_hub(preset: Preset, source: HubSource, *, quiet: bool) -> tuple[Path, 
     locks = storage.make_dirs(final.parent / ".locks", private=False)
     with WeakFileLock(locks / f"{final.name}.lock"):
         try:
-            stream(remote.url, done, remote.size if remote.size is not None else source.size,
-                   source.file, quiet=quiet)
-            sha256 = _verify_hub(preset, source, done)
+            # stream() checks the ETag's sha256 (every GGUF on the hub has one) and the size;
+            # the preset's own checksum, where it has one, is checked on top.
+            sha256 = stream(remote.url, done,
+                            remote.size if remote.size is not None else source.size,
+                            source.file, quiet=quiet, sha256=remote.sha256)
+            _verify_hub(preset, source, done, sha256)
             os.replace(done, final)
         finally:
             done.unlink(missing_ok=True)
     return final, sha256
 
 
-def _verify_hub(preset: Preset, source: HubSource, path: Path) -> str:
-    # The hub checks its own transfer; we hash anyway, once, for the sidecar and `sha256sum -c`.
+def _verify_hub(preset: Preset, source: HubSource, path: Path, sha256: str) -> None:
     if source.size is not None and path.stat().st_size != source.size:
         raise DownloadError(f"size mismatch for {preset.name} from the hub: "
                             f"{path.stat().st_size} bytes, expected {source.size}; removed")
-    sha256 = store.sha256_file(path)
     if source.sha256 is not None and sha256 != source.sha256:
         raise DownloadError(f"checksum mismatch for {preset.name} from the hub: sha256 {sha256}, "
                             f"expected {source.sha256}; the downloaded file was removed")
-    return sha256

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from specchat import storage
 from specchat.errors import UsageError
-from specchat.models.hfref import GgufGroup, HfRef, choose, group_files
+from specchat.models.hfref import GgufGroup, HfRef, available_quants, choose, group_files
 from specchat.paths import hub_cache_dir, hub_records_file
 
 
@@ -91,6 +91,13 @@ def resolve_cached(ref: HfRef) -> Path | None:
             continue
         return snapshot / group.first
     return None
+
+
+def cached_quants(repo: str) -> list[str]:
+    """The quantizations of `repo` complete in the cache, in any snapshot (for messages)."""
+    groups = [g for snapshot in _snapshots(repo, "main")
+              for g in group_files(_complete_files(snapshot))]
+    return available_quants(groups)
 
 
 def _recorded(ref: HfRef) -> Path | None:

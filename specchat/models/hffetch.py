@@ -1,17 +1,22 @@
 """Fetching a Hugging Face reference into the standard HF cache: the hub's listing picks the
 file (hfref.choose), each file is streamed resumably to blobs/ETAG (hub.stream; the name older
-huggingface_hub releases resume from), and hf_hub_download then just links the complete blob
-into snapshots/ as it would its own download.
+huggingface_hub releases resume from), verified against the listing's sha256, and linked into
+snapshots/COMMIT/ as huggingface_hub links its own downloads.
+
+Names from the hub become paths here (the commit id, the ETag, the file names), so each is
+checked first: hex for the commit and the ETag, a plain relative path for a file name.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 from pathlib import Path
 
 from specchat import storage
 from specchat.errors import DownloadError
-from specchat.models.hfcache import record, repo_dir, resolve_cached
+from specchat.models.hfcache import cached_quants, record, repo_dir, resolve_cached
 from specchat.models.hfref import GgufGroup, HfRef, choose, group_files
 from specchat.models.hub import (
     REQUEST_TIMEOUT_S,
@@ -25,6 +30,9 @@ from specchat.models.progress import human_size, say
 from specchat.models.store import DISK_MARGIN
 from specchat.paths import hub_cache_dir
 
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
 
 def resolve_ref(ref: HfRef, *, pull: bool = True, quiet: bool = False,
                 force: bool = False) -> Path:
@@ -34,23 +42,34 @@ def resolve_ref(ref: HfRef, *, pull: bool = True, quiet: bool = False,
         if cached is not None:
             return cached
     if not pull:
-        raise DownloadError(f"{ref} is not in the Hugging Face cache; run `specchat pull {ref}`")
+        raise DownloadError(f"{ref} is not in the Hugging Face cache{cached_note(ref)}; run "
+                            f"`specchat pull {ref}`")
     reason = hub_unavailable_reason()
     if reason is not None:
         raise DownloadError(
-            f"{ref} is not in the Hugging Face cache ({hub_cache_dir()}) and the hub cannot be "
-            f"reached ({reason}); connect and run `specchat pull {ref}`, or pass a .gguf path")
-    commit, group = _choose_remote(ref)
+            f"{ref} is not in the Hugging Face cache ({hub_cache_dir()}){cached_note(ref)} and "
+            f"the hub cannot be reached ({reason}); connect and run `specchat pull {ref}`, or "
+            f"pass a .gguf path")
+    commit, group, sha256s = _choose_remote(ref)
     _check_disk(ref, group)
     say(quiet, f"downloading {ref} -> {', '.join(group.files)} ({human_size(group.size)}) "
                 f"into {hub_cache_dir()}")
-    paths = [download_file(ref, commit, name, quiet=quiet) for name in group.files]
+    paths = [download_file(ref, commit, name, quiet=quiet, sha256=sha256s.get(name))
+             for name in group.files]
     record(ref, commit, group)
     return paths[0]
 
 
-def _choose_remote(ref: HfRef) -> tuple[str, GgufGroup]:
-    """(commit, group) from the hub's listing of the repo at ref.revision."""
+def cached_note(ref: HfRef) -> str:
+    """What the cache does hold of ref's repo, for a message about what it does not."""
+    quants = cached_quants(ref.repo)
+    if not quants:
+        return ""
+    return f" (it holds {', '.join(f'{ref.repo}:{q}' for q in quants)})"
+
+
+def _choose_remote(ref: HfRef) -> tuple[str, GgufGroup, dict[str, str]]:
+    """(commit, group, each LFS file's sha256) from the hub's listing at ref.revision."""
     from huggingface_hub import HfApi
 
     try:
@@ -58,11 +77,15 @@ def _choose_remote(ref: HfRef) -> tuple[str, GgufGroup]:
             ref.repo, revision=ref.revision, files_metadata=True, timeout=REQUEST_TIMEOUT_S)
     except Exception as exc:  # noqa: BLE001 - every hub failure becomes one line
         raise hub_error(ref.repo, ref.revision, exc) from None
-    sizes = {s.rfilename: s.size for s in info.siblings or []}
+    siblings = info.siblings or []
+    sizes = {s.rfilename: s.size for s in siblings}
     group = choose(group_files(sizes), ref, "the repo")
-    if not info.sha:
-        raise DownloadError(f"the hub sent no commit id for {ref.repo}; try again later")
-    return info.sha, group
+    if not info.sha or not _COMMIT.fullmatch(info.sha):
+        raise DownloadError(f"the hub sent no valid commit id for {ref.repo} "
+                            f"({str(info.sha)[:80]!r}); try again later")
+    sha256s = {s.rfilename: str(s.lfs.sha256).lower() for s in siblings
+               if s.lfs is not None and _SHA256.fullmatch(str(s.lfs.sha256))}
+    return info.sha, group, sha256s
 
 
 def _check_disk(ref: HfRef, group: GgufGroup) -> None:
@@ -78,9 +101,10 @@ def _check_disk(ref: HfRef, group: GgufGroup) -> None:
                             f"or set HF_HUB_CACHE to a folder on a bigger disk)")
 
 
-def download_file(ref: HfRef, commit: str, name: str, *, quiet: bool) -> Path:
-    """One file of the repo at `commit` into the HF cache, resuming a partial blob."""
-    from huggingface_hub import hf_hub_download
+def download_file(ref: HfRef, commit: str, name: str, *, quiet: bool,
+                  sha256: str | None = None) -> Path:
+    """One file of the repo at `commit` into the HF cache, resuming a partial blob; checked
+    against `sha256` (the listing's), else the ETag when it is a sha256, else its size."""
     from huggingface_hub.utils import WeakFileLock
 
     remote = remote_file(ref.repo, name, commit)
@@ -90,14 +114,33 @@ def download_file(ref: HfRef, commit: str, name: str, *, quiet: bool) -> Path:
     storage.make_dirs(blob.parent, private=False)
     with WeakFileLock(lock):
         if not blob.is_file():
-            stream(remote.url, blob, remote.size, name, quiet=quiet)
-    try:
-        path = hf_hub_download(ref.repo, name, revision=commit, cache_dir=hub_cache_dir(),
-                               endpoint=hub_endpoint(), etag_timeout=REQUEST_TIMEOUT_S)
-    except Exception as exc:  # noqa: BLE001
-        raise hub_error(ref.repo, ref.revision, exc) from None
+            stream(remote.url, blob, remote.size, name, quiet=quiet,
+                   sha256=sha256 or remote.sha256)
+    path = _link_snapshot(ref.repo, commit, name, blob)
     _write_ref(ref, commit)
-    return Path(path)
+    return path
+
+
+def _link_snapshot(repo: str, commit: str, name: str, blob: Path) -> Path:
+    """snapshots/COMMIT/NAME -> ../../blobs/ETAG, a relative link as huggingface_hub makes
+    (a hard link where the file system has no symbolic ones)."""
+    pointer = repo_dir(repo) / "snapshots" / commit / name
+    storage.make_dirs(pointer.parent, private=False)
+    if pointer.is_file() and pointer.resolve() == blob.resolve():
+        return pointer
+    temporary = pointer.with_name(f".{pointer.name}.{os.getpid()}.link")
+    temporary.unlink(missing_ok=True)
+    try:
+        try:
+            temporary.symlink_to(os.path.relpath(blob, pointer.parent))
+        except OSError:
+            os.link(blob, temporary)
+        os.replace(temporary, pointer)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise DownloadError(f"cannot link {name} into {pointer.parent}: "
+                            f"{storage.describe(exc)}") from None
+    return pointer
 
 
 def _write_ref(ref: HfRef, commit: str) -> None:

@@ -73,6 +73,8 @@ def parse_ref(spec: str) -> HfRef | None:
     parts = text.split("/")
     if len(parts) > 2 and parts[2] in ("tree", "blob", "resolve") and len(parts) > 3:
         revision = parts[3]
+        if not re.fullmatch(_NAME, revision):  # it names refs/REVISION on disk
+            return None
         tail = "/".join(parts[4:])
         text = "/".join(parts[:2]) + (f":{tail}" if tail else "")
     match = _REF.match(text.rstrip("/"))
@@ -92,13 +94,14 @@ def require_ref(spec: str) -> HfRef:
 def group_files(sizes: Mapping[str, int | None]) -> list[GgufGroup]:
     """The loadable GGUF models in a listing: split parts joined, incomplete splits dropped.
 
-    Vision projectors (mmproj files) are not language models and never count.
+    Vision projectors (mmproj files) are not language models and never count, nor do names
+    that are not plain relative paths (they become paths in the cache).
     """
     singles: list[GgufGroup] = []
     splits: dict[tuple[str, int], dict[int, str]] = {}
     for name, size in sizes.items():
         base = name.rsplit("/", 1)[-1].lower()
-        if not base.endswith(".gguf") or base.startswith("mmproj"):
+        if not base.endswith(".gguf") or base.startswith("mmproj") or not safe_path(name):
             continue
         split = _SPLIT.match(name)
         if split is None:
@@ -112,6 +115,13 @@ def group_files(sizes: Mapping[str, int | None]) -> list[GgufGroup]:
             files = tuple(found[i] for i in range(1, total + 1))
             groups.append(GgufGroup(files, sum(sizes[f] or 0 for f in files)))
     return sorted(groups, key=lambda g: g.first.lower())
+
+
+def safe_path(name: str) -> bool:
+    """A plain relative path inside a repo: no absolute start, no `..`, no control bytes."""
+    parts = name.split("/")
+    return all(part and part not in (".", "..") and "\\" not in part
+               and all(ch.isprintable() for ch in part) for part in parts)
 
 
 def quant_label(group: GgufGroup) -> str:

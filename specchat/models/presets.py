@@ -17,6 +17,7 @@ from typing import Any
 from specchat.errors import UsageError
 from specchat.models.hfref import parse_ref
 from specchat.paths import user_models_file
+from specchat.storage import SETTINGS_LIMIT, StorageError, read_limited
 
 DEFAULT_TARGET: str = "qwen2.5-coder-1.5b"
 ROLES: tuple[str, ...] = ("target", "draft", "test")
@@ -88,11 +89,15 @@ def load_presets() -> dict[str, Preset]:
     shipped = resources.files("specchat") / "data" / "models.toml"
     presets = parse_presets(shipped.read_text(encoding="utf-8"), SHIPPED_NAME)
     user = user_models_file()
-    if user.is_file():
-        try:
-            text = user.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{user}: cannot read: {exc}") from exc
+    try:
+        text = read_limited(user, SETTINGS_LIMIT).decode("utf-8")
+    except FileNotFoundError:
+        text = None
+    except StorageError as exc:
+        raise UsageError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{user}: cannot read: {exc}") from None
+    if text is not None:
         presets.update(parse_presets(text, str(user)))
     _check_drafts(presets)
     return presets

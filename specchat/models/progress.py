@@ -7,6 +7,7 @@ a non-terminal stderr gets one line per part instead.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Protocol
 
 from rich.console import Console
@@ -20,6 +21,11 @@ from rich.progress import (
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
+
+# File names come from the hub and may carry terminal escapes. How text is made safe for a
+# terminal is decided above this layer (term/safe.py): the CLI puts its function here at start.
+# Until then (a library caller) text is written as it is.
+shown: Callable[[str], str] = str
 
 
 class Reporter(Protocol):
@@ -53,10 +59,10 @@ class LineReporter:
 
     def start(self, label: str, total: int) -> None:
         self._label = label
-        print(f"specchat: {label}", file=sys.stderr, flush=True)
+        print(shown(f"specchat: {label}"), file=sys.stderr, flush=True)
 
     def part(self, index: int, count: int, name: str) -> None:
-        print(f"specchat:   part {index}/{count}: {name}", file=sys.stderr, flush=True)
+        print(shown(f"specchat:   part {index}/{count}: {name}"), file=sys.stderr, flush=True)
 
     def advance(self, nbytes: int) -> None:
         pass
@@ -80,12 +86,12 @@ class RichReporter:
     def start(self, label: str, total: int) -> None:
         self._label = label
         self._progress.start()
-        self._task = self._progress.add_task(escape(label), total=total)
+        self._task = self._progress.add_task(escape(shown(label)), total=total)
 
     def part(self, index: int, count: int, name: str) -> None:
         if self._task is not None:
             text = f"{self._label} part {index}/{count}: {name}"
-            self._progress.update(self._task, description=escape(text))
+            self._progress.update(self._task, description=escape(shown(text)))
 
     def advance(self, nbytes: int) -> None:
         if self._task is not None:
@@ -93,7 +99,7 @@ class RichReporter:
 
     def close(self) -> None:
         if self._task is not None:
-            self._progress.update(self._task, description=escape(self._label))
+            self._progress.update(self._task, description=escape(shown(self._label)))
         self._progress.stop()
 
 
@@ -118,4 +124,4 @@ def human_size(size: int) -> str:
 def say(quiet: bool, message: str) -> None:
     """One note about a download on stderr (never stdout: it carries answers and paths)."""
     if not quiet:
-        print(f"specchat: {message}", file=sys.stderr, flush=True)
+        print(shown(f"specchat: {message}"), file=sys.stderr, flush=True)

@@ -1,9 +1,10 @@
 """Turn what the user typed (a preset name, a path or a hub reference) into a GGUF file on disk.
 
 How an argument is read: a preset name is a preset; `hf.co/...`, `huggingface.co/...` and
-`https://huggingface.co/...` are always references; anything that exists on disk, starts with
-`./`, `../`, `/` or `~`, or ends in `.gguf` is a path; other `owner/name[:QUANT]` are
-references. So `./owner/name` forces a path and `hf.co/owner/name` forces a reference.
+`https://huggingface.co/...` are always references; anything that exists on disk or starts
+with `./`, `../`, `/` or `~` is a path; `owner/name[:QUANT]` and `owner/name:FILE.gguf` are
+references; anything else ending in `.gguf` is a path. So `./owner/name` forces a path and
+`hf.co/owner/name` forces a reference.
 
 This is the only module that knows a preset may live in the Hugging Face cache (`hf =` in
 models.toml): everything else asks here where a preset's file is and whether it is present.
@@ -29,9 +30,13 @@ from specchat.models.presets import (
 
 def looks_like_path(name: str) -> bool:
     """The user meant a file: it exists, or it is written like a path (a ./, ../, / or ~
-    start, or a .gguf suffix)."""
-    return (name.startswith(("./", "../", "/", "~")) or name.lower().endswith(".gguf")
-            or Path(name).expanduser().exists())
+    start, or a .gguf suffix that is not `owner/name:FILE.gguf`, a file of a hub repo)."""
+    if name.startswith(("./", "../", "/", "~")) or Path(name).expanduser().exists():
+        return True
+    if not name.lower().endswith(".gguf"):
+        return False
+    ref = parse_ref(name)  # `models/x.gguf` is a path; `owner/name:x.gguf` a file on the hub
+    return ref is None or ref.quant is None
 
 
 def resolve_model(name: str, *, pull: bool = True, quiet: bool = False) -> Path:

@@ -22,6 +22,7 @@ from specchat.engine.events import Chunk, Finished
 from specchat.llm.tools import ToolSet
 from specchat.serve import errors
 from specchat.serve.errors import APIError
+from specchat.serve.guard import Guard, Policy
 from specchat.serve.params import (
     chat_messages,
     completion_text,
@@ -52,6 +53,8 @@ class ServeConfig:
     api_key: str | None = None
     aliases: set[str] = field(default_factory=set)
     created: int = field(default_factory=lambda: int(time.time()))
+    guard: Policy = field(default_factory=Policy)  # hosts, origins, body size, read timeout
+    max_messages: int = 4096
 
     def accepts(self, name: str) -> bool:
         return name == self.model or name in self.aliases
@@ -65,6 +68,7 @@ def model_aliases(model: str) -> set[str]:
 def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
     app = FastAPI(title="specchat", docs_url=None, redoc_url=None, openapi_url=None)
     errors.install(app)
+    app.add_middleware(Guard, policy=config.guard)  # inside the log: refusals are logged too
     app.add_middleware(AccessLog)
 
     async def authorized(request: Request) -> None:
@@ -107,6 +111,10 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
     async def chat(request: Request) -> Response:
         body = await parse_body(request, ChatRequest)
         _check_model(config, body.model)
+        if len(body.messages) > config.max_messages:
+            raise APIError(413, f"the request has {len(body.messages)} messages; this server "
+                           f"takes at most {config.max_messages} (--max-messages): send fewer",
+                           param="messages", code="too_many_messages")
         messages = chat_messages(body, config.system)
         return await _answer(worker, config, body, messages, request, chat=True,
                              tools=request_tools(body))
@@ -134,34 +142,52 @@ async def _answer(worker: Worker, config: ServeConfig, body: GenerationFields,
     options = request_options(body, config.defaults)
     job = Job(prompt, options, asyncio.get_running_loop(), tools=tools)
     worker.submit(job)
+    # Until a response starts, a task listens for the client leaving: the events of a long
+    # answer arrive without pause, so polling between them would never see it.
+    watcher = asyncio.create_task(_watch_disconnect(request, job))
+
+    async def gone() -> bool:
+        return job.cancelled.is_set()
+
     try:
-        first = await job.next(request.is_disconnected)
+        first = await job.next(gone)
+        if isinstance(first, APIError):
+            raise first
+        runtime = worker.runtime
+        answer = Answer(body.model or config.model, chat, tools,
+                        logprobs=options.logprobs is not None,
+                        token_bytes=runtime.token_bytes if runtime is not None else None)
+        if body.stream:  # from here the streaming response watches the connection itself
+            include = bool(body.stream_options and body.stream_options.include_usage)
+            return StreamingResponse(_stream(job, first, answer, include, request),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        item = first
+        while not isinstance(item, Done):
+            if isinstance(item, APIError):
+                raise item
+            if isinstance(item, Chunk):
+                answer.saw(item)
+            if isinstance(item, Finished):
+                _note(request, item)
+                return JSONResponse(answer.whole(item))
+            item = await job.next(gone)
     except ConnectionResetError:
         return _gone(request)
-    if isinstance(first, APIError):
-        raise first
-    runtime = worker.runtime
-    answer = Answer(body.model or config.model, chat, tools, logprobs=options.logprobs is not None,
-                    token_bytes=runtime.token_bytes if runtime is not None else None)
-    if body.stream:
-        include = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(_stream(job, first, answer, include, request),
-                                 media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
-    item = first
-    while not isinstance(item, Done):
-        if isinstance(item, APIError):
-            raise item
-        if isinstance(item, Chunk):
-            answer.saw(item)
-        if isinstance(item, Finished):
-            _note(request, item)
-            return JSONResponse(answer.whole(item))
-        try:
-            item = await job.next(request.is_disconnected)
-        except ConnectionResetError:
-            return _gone(request)
+    finally:
+        watcher.cancel()
+    if job.cancelled.is_set():
+        return _gone(request)
     raise APIError(500, "the answer ended without a result", type="server_error")
+
+
+async def _watch_disconnect(request: Request, job: Job) -> None:
+    """Mark the job cancelled when the client disconnects (the worker stops within a step)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            job.cancelled.set()
+            return
 
 
 async def _stream(job: Job, item: Any, answer: Answer, include_usage: bool,
@@ -236,7 +262,9 @@ class AccessLog:
 
 def access_line(method: str, path: str, status: int, stats: Any, error: str | None,
                 seconds: float) -> str:
-    parts = [f"specchat: {method} {path} {status}"]
+    """One log line; what the client chose (the path, error texts quoting it) is shown
+    with its control characters escaped, so a request cannot write to the terminal."""
+    parts = [f"specchat: {method} {_printable(path)} {status}"]
     if stats is not None:
         parts.append(f"{stats.prompt_tokens}+{stats.generated} tok")
         parts.append(f"{stats.tokens_per_second:.1f} tok/s")
@@ -246,6 +274,12 @@ def access_line(method: str, path: str, status: int, stats: Any, error: str | No
         if stats.prompt_cached:
             parts.append(f"reused {stats.prompt_cached} prompt tokens")
     if error:
-        parts.append(error)
+        parts.append(_printable(error))
     parts.append(f"{seconds:.2f}s")
     return " · ".join(parts)
+
+
+def _printable(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)

@@ -41,16 +41,23 @@ OVERRIDES = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "repeat_p
 
 
 async def parse_body(request: Request, model: type[Body]) -> Body:
-    """The JSON body as `model`, whatever Content-Type the client sent (curl -d sends a
-    form type); malformed JSON or a missing or mistyped field is a 400 naming it."""
+    """The JSON body as `model` (guard.py has checked it is application/json and not too
+    big); malformed JSON, NaN or Infinity, nesting too deep for Python, a string with a lone
+    surrogate, or a missing or mistyped field is a 400 naming it."""
     raw = await request.body()
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_refuse_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise bad_request(f"the request body is not valid JSON ({exc}): send a JSON object "
                           "like {\"model\": ..., \"messages\": [...]}") from None
+    except RecursionError:
+        raise bad_request("the request body nests too deeply to be read") from None
     if not isinstance(data, dict):
         raise bad_request("the request body must be a JSON object")
+    where = _lone_surrogate(data)
+    if where is not None:
+        raise bad_request(f"{where} holds an unpaired UTF-16 surrogate (a \\ud800-\\udfff "
+                          "escape without its pair): it is not text", param=where)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -60,6 +67,33 @@ async def parse_body(request: Request, model: type[Body]) -> Body:
             raise bad_request(f"missing required field {field!r}", param=field) from None
         raise bad_request(f"{field}: {first.get('msg', 'invalid value')}",
                           param=field) from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _lone_surrogate(data: Any) -> str | None:
+    """Where the parsed body has a string that is not valid Unicode text, or None.
+
+    json.loads turns "\\ud800" into a lone surrogate that fails later, far from here, when
+    it is encoded; a walk over the (already depth-limited) body finds it first.
+    """
+    stack: list[tuple[str, Any]] = [("body", data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                stack.append((f"{where}.{key}" if where != "body" else str(key), item))
+                stack.append((where, key))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return where
+    return None
 
 
 def chat_messages(request: ChatRequest, system: str | None) -> list[Message]:

@@ -7,6 +7,7 @@ OpenAI error event), frees the models and exits 130 (Ctrl-C) or 0 (SIGTERM).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
@@ -20,6 +21,7 @@ import uvicorn
 from specchat.backend.base import Backend
 from specchat.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, UsageError
 from specchat.serve.app import ServeConfig, create_app
+from specchat.serve.limits import effective_max_connections, guarded_protocol, loop_errors
 from specchat.serve.worker import Worker
 
 
@@ -41,6 +43,12 @@ class _Server(uvicorn.Server):
         finally:
             for sig, handler in original.items():
                 signal.signal(sig, handler)
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        # Event-loop errors (a failed accept() when descriptors run out) as rate-limited
+        # lines: asyncio's default handler prints a traceback for each, thousands a second.
+        asyncio.get_running_loop().set_exception_handler(loop_errors)
+        await super().serve(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.signals.append(sig)
@@ -72,9 +80,12 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def run(load: Callable[[], Backend], config: ServeConfig, *, host: str, port: int,
-        queue_size: int, verbose: bool = False) -> int:
+        queue_size: int, verbose: bool = False, max_connections: int = 64) -> int:
     """Serve until a signal; returns the exit code."""
     sock = bind(host, port)
+    cap, note = effective_max_connections(max_connections)
+    if note:
+        print(f"specchat: {note}", file=sys.stderr)
     actual = sock.getsockname()[1]
     server: _Server | None = None
 
@@ -94,8 +105,12 @@ def run(load: Callable[[], Backend], config: ServeConfig, *, host: str, port: in
     app = create_app(worker, config)
     # uvicorn's own logger would print tracebacks; specchat prints one line per problem.
     logging.getLogger("uvicorn.error").setLevel(logging.INFO if verbose else logging.CRITICAL)
+    # Plain asyncio and h11 wherever this runs (uvloop or httptools may be installed): the
+    # connection limits below are written against them.
     uv_config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off",
-                               timeout_graceful_shutdown=10, server_header=False)
+                               timeout_graceful_shutdown=10, server_header=False,
+                               loop="asyncio", backlog=128,
+                               http=guarded_protocol(cap, config.guard.read_timeout))
     server = _Server(uv_config, on_signal=worker.cancel_all)
     print(f"specchat: listening on http://{_shown(host)}:{actual} (loading {config.model}; "
           "/health says 503 until it is ready)", file=sys.stderr, flush=True)

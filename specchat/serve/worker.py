@@ -182,7 +182,8 @@ class Worker:
                 events = backend.complete(cast(str | list[int], prompt), job.options)
         except PromptTooLong as exc:
             param = "prompt" if isinstance(job.prompt, str) else "messages"
-            raise APIError(400, f"the prompt is {exc.tokens} tokens and this server's context "
+            size = f"at least {exc.tokens}" if exc.at_least else str(exc.tokens)
+            raise APIError(400, f"the prompt is {size} tokens and this server's context "
                            f"holds {exc.n_ctx}, which leaves no room for an answer: shorten "
                            "the messages, or restart the server with a larger --ctx",
                            param=param, code="context_length_exceeded") from None

@@ -46,13 +46,11 @@ def read_config(path: Path | None = None) -> ConfigFile:
     """
     path = path or config_file()
     try:
-        raw = path.read_bytes()
+        raw = storage.read_limited(path, storage.SETTINGS_LIMIT)
     except FileNotFoundError:
         return ConfigFile(path)
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory, not a config file") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read it: {storage.describe(exc)}") from None
+    except storage.StorageError as exc:
+        raise UsageError(f"{exc} (the config file)") from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -144,9 +142,14 @@ def save_settings(values: Mapping[str, Any], path: Path | None = None) -> Path:
 
     path = path or config_file()
     try:
-        document = tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() \
-            else tomlkit.document()
-    except (OSError, tomlkit.exceptions.TOMLKitError) as exc:
+        raw = storage.read_limited(path, storage.SETTINGS_LIMIT)
+    except FileNotFoundError:
+        raw = b""
+    except storage.StorageError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        document = tomlkit.parse(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomlkit.exceptions.TOMLKitError) as exc:
         raise UsageError(f"{path}: cannot update it: {exc}") from None
     for name, value in values.items():
         if value is None:

@@ -28,6 +28,9 @@ class LoadSettings:
     n_gpu_layers: int | None = field(default=BY_NAME["n_gpu_layers"].default)
     threads: int | None = field(default=BY_NAME["threads"].default)
     verbose: bool = field(default=BY_NAME["verbose"].default)
+    # "auto": llama.cpp's default unless a confirmed measurement says otherwise; "on"/"off"
+    # pin it (backend/tuning.py decides what auto means for a model file).
+    flash_attn: str = field(default=BY_NAME["flash_attn"].default)
     quiet: bool = False  # no notes on stderr (one-shot answers to a pipe, JSON output)
 
     def __post_init__(self) -> None:
@@ -41,7 +44,7 @@ class LoadSettings:
 
         return cls(model=get("model"), draft=get("draft"), spec=Spec(get("spec")),
                    n_ctx=get("ctx"), n_gpu_layers=get("n_gpu_layers"), threads=get("threads"),
-                   verbose=bool(get("verbose")), quiet=quiet)
+                   verbose=bool(get("verbose")), flash_attn=get("flash_attn"), quiet=quiet)
 
     @property
     def no_draft(self) -> bool:

@@ -12,6 +12,7 @@ Precedence, highest first: flag > environment variable > profile > config file >
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -34,6 +35,7 @@ MODEL, GENERATION, CHAT, REMOTE, SERVER, ASK = ("model", "generation", "chat", "
                                              "ask")
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 NO_DRAFT = "none"  # the draft option's value for "no draft model" (None: the preset's default)
+FLASH_ATTN_CHOICES = ("auto", "on", "off")
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 
@@ -113,8 +115,9 @@ class Option:
             raise OptionError(f"{self.name} must be one of {', '.join(self.choices)}, "
                               f"not {value!r}")
         problem = self.check(value) if self.check else None
-        if problem:
-            raise OptionError(f"{self.name} {problem}, not {value!r}")
+        if problem:  # a secret is never echoed, not even a wrong one
+            raise OptionError(f"{self.name} {problem}" + ("" if self.secret else
+                                                         f", not {value!r}"))
         return value
 
     def show(self, value: Any) -> str:
@@ -199,13 +202,23 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
 
 
-def _parse_size(text: str) -> str:
+def _size_text(name: str) -> Parser:
     """A size option keeps its text ('2G'); parse_size turns it into bytes where used."""
-    try:
-        parse_size(text)
-    except OptionError as exc:
-        raise OptionError(f"prompt_cache {exc}") from None
-    return text
+    def parse(text: str) -> str:
+        try:
+            parse_size(text)
+        except OptionError as exc:
+            raise OptionError(f"{name} {exc}") from None
+        return text
+    return parse
+
+
+def _api_key_check(value: str) -> str | None:
+    # An HTTP header carries it: printable ASCII, no spaces. An empty key (an unset shell
+    # variable) would otherwise mean "no key" here and "an empty key" to the server.
+    if value and value.isascii() and value.isprintable() and " " not in value:
+        return None
+    return "must be printable ASCII without spaces (it travels in an HTTP header), not empty"
 
 
 def _parse_draft(text: str) -> str | None:
@@ -214,6 +227,10 @@ def _parse_draft(text: str) -> str | None:
     if low == NO_DRAFT:
         return NO_DRAFT
     return None if low in ("default", "") else text
+
+
+def _positive(value: float) -> str | None:
+    return None if 0 < value < math.inf else "must be a positive number"
 
 
 def _at_least(low: float, what: str = "") -> Checker:
@@ -264,6 +281,10 @@ OPTIONS: tuple[Option, ...] = (
            optional=True, check=_at_least(1)),
     Option("verbose", bool, False, "Show llama.cpp's own log and error details.", MODEL,
            short="-v"),
+    Option("flash_attn", str, "auto", "Flash attention: auto (llama.cpp's default, unless "
+           "`specchat bench --calibrate` confirmed a large difference on a quiet machine), on, "
+           "off. Greedy answers can differ between the two at near-ties.", MODEL,
+           choices=FLASH_ATTN_CHOICES),
     # --- what an answer may do --------------------------------------------------------------
     Option("spec", str, _G.spec, "Speculation: auto (drafts only when it pays), draft, "
            "ngram, off.", GENERATION, choices=SPEC_MODES, live=True),
@@ -301,12 +322,16 @@ OPTIONS: tuple[Option, ...] = (
            live=True),
     # --- one-shot answers -----------------------------------------------------------------------
     Option("prompt_cache", str, "2G", "Disk the prompt cache of one-shot answers may use "
-           "(e.g. 2G, 500M; 0 or off: no cache).", ASK, parse=_parse_size, metavar="SIZE"),
+           "(e.g. 2G, 500M; 0 or off: no cache).", ASK, parse=_size_text("prompt_cache"),
+           metavar="SIZE"),
     # --- another server instead of local models ----------------------------------------------
     Option("endpoint", str, None, "Use an OpenAI-compatible server at this URL instead of "
            "local models.", REMOTE, optional=True, metavar="URL"),
     Option("api_key", str, None, "API key: sent to --endpoint; required by `serve` when set.",
-           REMOTE, optional=True, secret=True, metavar="KEY"),
+           REMOTE, optional=True, secret=True, metavar="KEY", check=_api_key_check),
+    Option("timeout", float, 120.0, "Seconds --endpoint may stay silent: to connect (at most "
+           "10 of them) and between two parts of an answer.", REMOTE, check=_positive,
+           metavar="SECONDS"),
     # --- specchat serve -------------------------------------------------------------------------
     Option("host", str, "127.0.0.1", "Address to listen on.", SERVER),
     Option("port", int, 8080, "Port to listen on.", SERVER,
@@ -315,6 +340,21 @@ OPTIONS: tuple[Option, ...] = (
            "sequence per context); more wait in the queue.", SERVER, check=_at_least(1)),
     Option("queue", int, 16, "Requests waiting beyond those; more get 429.", SERVER,
            check=_at_least(0)),
+    Option("allow_host", list, [], "A host name clients may use besides IP addresses, "
+           "localhost and --host (repeatable; .example.com: its subdomains; *: any). A guard "
+           "against DNS rebinding.", SERVER, metavar="NAME"),
+    Option("cors_origin", list, [], "A web page origin that may call the API from a browser, "
+           "e.g. http://localhost:3000 (repeatable; *: any). None by default.", SERVER,
+           metavar="ORIGIN"),
+    Option("max_body", str, "8M", "Largest request body; larger ones get 413.", SERVER,
+           parse=_size_text("max_body"), metavar="SIZE",
+           check=lambda v: None if parse_size(v) >= 1024 else "must be at least 1K"),
+    Option("max_messages", int, 4096, "Most messages in one chat request.", SERVER,
+           check=_at_least(1)),
+    Option("max_connections", int, 64, "Most open connections (kept below ulimit -n); more "
+           "are refused at once.", SERVER, check=_at_least(1)),
+    Option("read_timeout", float, 20.0, "Seconds a client may take to send a request's "
+           "headers, and again its body.", SERVER, check=_positive, metavar="SECONDS"),
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}

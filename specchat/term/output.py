@@ -1,5 +1,8 @@
 """stdout, the answer's only channel: writing to it, and what to do when it goes away.
 
+Everything a command prints as its result goes through write(): on a terminal its control
+characters are shown instead of obeyed (term/safe.py), to a pipe or file it stays exact.
+
 A reader that stops reading (`specchat ... | head -c 10`) is not an error of ours: specchat
 ends quietly with exit 0, as `cat` and `grep` do when their reader is gone. A full disk or a
 broken device is: one line on stderr, exit 1. Either way the bytes still buffered for stdout
@@ -13,6 +16,7 @@ import sys
 
 from specchat.errors import SpecchatError
 from specchat.storage import describe
+from specchat.term.safe import for_stream
 
 
 class OutputClosed(Exception):  # a situation, not a failure: no Error suffix
@@ -24,14 +28,23 @@ class OutputError(SpecchatError):
 
 
 def write(text: str) -> None:
-    """Write `text` to stdout at once; a closed pipe is OutputClosed, a failure one line."""
+    """Write `text` to stdout at once; a closed pipe is OutputClosed, a failure one line.
+
+    On a terminal its control characters are shown, not obeyed (term/safe.py); to a pipe or
+    a file it goes exactly as given.
+    """
     try:
-        sys.stdout.write(text)
+        sys.stdout.write(for_stream(text, sys.stdout))
         sys.stdout.flush()
     except BrokenPipeError:
         raise OutputClosed from None
     except OSError as exc:
         raise OutputError(f"cannot write the answer to stdout: {describe(exc)}") from None
+
+
+def line(text: str = "") -> None:
+    """One line of a command's output (a table row, a path) to stdout, as write() does."""
+    write(text + "\n")
 
 
 def settle() -> None:

@@ -52,7 +52,8 @@ def auto_lines(state: AutoState, draft_loaded: bool) -> list[str]:
         lines.append(f"auto: draft model step = {c:.2f} x a target step: {verdict}")
     for key, rates in info["acceptance_estimates"].items():
         shown = " ".join(f"{r:.0%}" for r in rates)
-        lines.append(f"auto: est. acceptance {key}, positions 1-4: {shown}")
+        where = ", positions 1-4" if len(rates) > 1 else ""
+        lines.append(f"auto: est. acceptance {key}{where}: {shown}")
     last = info["last_choice"]
     lines.append(f"auto: last choice {last['drafter'] or 'plain'} k={last['k']} "
                  f"(expected {last['expected_speedup']:.2f}x)")

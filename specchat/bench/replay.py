@@ -1,0 +1,151 @@
+"""Priced replays: the engine's own policies on recorded answers, on a profiled machine's clock.
+
+Greedy speculative decoding is exact, so every policy commits the recorded answer; only the
+time differs, and the clock charges every target batch, draft step and prefill from the cost
+profile (profiles.py). No timing noise: the same profile and recording give the same figures.
+
+A run's time is everything after the target's own prefill (which every mode pays alike): the
+decode steps, and the draft model's prefill where a policy prepares one. Speedup is summed
+plain time over summed time per category, as `specchat bench` sums decode time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specchat.bench.profiles import CostProfile
+from specchat.bench.recording import Recorded, Recording
+from specchat.bench.standins import PricedClock, Renumbered, StandIn, stand_ins
+from specchat.engine.auto import AutoState
+from specchat.engine.drafters import EMPTY_DRAFT, Draft, Drafter
+from specchat.engine.events import Finished, drain
+from specchat.engine.loop import Hooks, generate, generate_with, make_drafter
+from specchat.engine.options import GenerationOptions, Spec
+from specchat.engine.policy import DraftPolicy
+
+DRAFT_MAX = 16
+
+
+@dataclass(frozen=True)
+class Run:
+    """One recorded prompt replayed by one policy."""
+
+    question_id: str
+    category: str
+    policy: str
+    tokens: int
+    seconds: float  # after the target's prefill
+    plain_seconds: float  # what `off` takes for the same tokens
+    steps: int
+    drafted: int
+    accepted: int
+
+
+@dataclass
+class Setup:
+    """One replay: the recorded prompt on stand-ins, and a clock."""
+
+    item: Recorded
+    data: Renumbered
+    target: StandIn
+    draft: StandIn | None
+    clock: PricedClock
+    options: GenerationOptions
+
+    @classmethod
+    def of(cls, item: Recorded, recording: Recording, profile: CostProfile,
+           spec: Spec = Spec.OFF, draft_max: int = DRAFT_MAX) -> Setup:
+        data = Renumbered.of(item, recording.eog)
+        clock = PricedClock(overhead=profile.overhead_seconds)
+        target, draft = stand_ins(data, profile.target, profile.draft, clock)
+        options = GenerationOptions(max_tokens=recording.max_tokens, spec=spec,
+                                    draft_max=draft_max)
+        return cls(item, data, target, draft, clock, options)
+
+    def finish(self, name: str, finished: Finished | None) -> Run:
+        if finished is None or finished.tokens != self.data.answer:
+            raise RuntimeError(f"the replay of {self.item.question_id} under {name} did not "
+                               "reproduce the recorded answer")
+        stats = finished.stats
+        plain = len(self.data.answer) * (self.target.costs.batch(1) + self.clock.overhead)
+        return Run(self.item.question_id, self.item.category, name, len(self.data.answer),
+                   self.clock.now - self.clock.target_prefill, plain, stats.steps,
+                   stats.drafted, stats.accepted)
+
+
+def replay_mode(item: Recorded, recording: Recording, profile: CostProfile, spec: Spec,
+                state: AutoState | None = None, draft_max: int = DRAFT_MAX) -> Run:
+    """The engine's own mode (`off`, `ngram`, `draft`, `auto`) on one recorded prompt."""
+    setup = Setup.of(item, recording, profile, spec, draft_max)
+    hooks = Hooks(auto=state, clock=setup.clock)
+    events = generate(setup.target, list(setup.data.prompt), setup.options,
+                      draft=setup.draft if spec.uses_draft_model else None, hooks=hooks)
+    return setup.finish(spec.value, drain(events))
+
+
+PolicyMaker = Callable[[Setup], DraftPolicy]
+
+
+def replay_policy(item: Recorded, recording: Recording, profile: CostProfile, name: str,
+                  make: PolicyMaker, draft_max: int = DRAFT_MAX) -> Run:
+    """A policy of the caller's (fixed k, the oracle) through the same loop."""
+    setup = Setup.of(item, recording, profile, draft_max=draft_max)
+    events = generate_with(setup.target, list(setup.data.prompt), setup.options, make(setup),
+                           Hooks(clock=setup.clock))
+    return setup.finish(name, drain(events))
+
+
+class Fixed:
+    """Always draft k tokens with one drafter (a DraftPolicy): the fixed policies the oracle
+    picks the best of."""
+
+    def __init__(self, drafter: Drafter, k: int) -> None:
+        self.drafter, self.k = drafter, k
+
+    def prepare(self, context: Sequence[int]) -> None:
+        self.drafter.prepare(context)
+
+    def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
+        k = min(self.k, limit)
+        return self.drafter.propose(context, k, rng) if k > 0 else EMPTY_DRAFT
+
+    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
+                verify_seconds: float = 0.0) -> None:
+        return None
+
+    def rollback(self, context: Sequence[int]) -> None:
+        self.drafter.rollback(context)
+
+    def reset(self, context: Sequence[int]) -> None:
+        self.drafter.reset(context)
+
+
+def fixed(spec: Spec, k: int) -> PolicyMaker:
+    """Fixed k with the drafter the engine's `spec` mode drafts with."""
+    def make(setup: Setup) -> DraftPolicy:
+        options = setup.options.with_values(spec=spec)
+        drafter = make_drafter(options, setup.target, setup.draft)
+        if drafter is None:
+            raise ValueError(f"{spec.value} has no drafter here")
+        return Fixed(drafter, k)
+    return make
+
+
+def replay_modes(recording: Recording, profile: CostProfile, modes: Iterable[Spec],
+                 draft_max: int = DRAFT_MAX) -> list[Run]:
+    """Every prompt in every mode; `auto` keeps one state across the prompts, as one
+    `specchat bench` process or a chat does."""
+    runs: list[Run] = []
+    for spec in modes:
+        state = profile.auto_state() if spec is Spec.AUTO else None
+        for item in recording.items:
+            runs.append(replay_mode(item, recording, profile, spec, state, draft_max))
+    return runs
+
+
+def can_draft(recording: Recording, profile: CostProfile) -> bool:
+    """Whether the draft model can be replayed: recorded proposals and a priced draft."""
+    return profile.draft is not None and all(r.draft is not None for r in recording.items)

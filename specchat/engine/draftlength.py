@@ -1,0 +1,116 @@
+"""How `auto` uses the draft model: when its cache is worth filling, and how far to draft,
+token by token, from the draft's own confidence.
+
+**When to fill it.** A draft model whose cache lags the whole prompt (a new document, a first
+question) must first read it: on a GPU a 700-token prompt costs a 0.5B model 5 to 13 target
+steps, more than a short answer gains from it (priced replays of Spec-Bench's rag prompts,
+docs/gpu.md). So the draft model starts cold, and `CatchUp` rents: every step it would have
+paid, the time it would have saved is counted, and once that reaches what catching up costs,
+it catches up and drafts (ski rental: never more than twice the better of "fill it at once"
+and "never use it"). One whose cache already holds most of the context (the conversation so
+far) is brought up to date at once.
+
+**How far to draft.**
+The draft model says how sure it is of every token it drafts (its probability of it), and that
+predicts whether the target agrees far better than an average over earlier drafts does: the
+priced replays of recorded answers (docs/gpu.md) show the draft sure of most tokens the target
+keeps and unsure of most it rejects. Drafting one more token costs a draft step plus what one
+more row adds to the verify batch; it is worth the chance that it and every token before it
+are accepted, times what a token is worth here (the seconds it would otherwise take). So:
+
+- after each drafted token, draft on only while the next one is expected to pay for itself;
+- then keep only as many tokens as are worth their verify rows (none, if even the first is
+  too doubtful: the step is then a plain one and only the draft's own work was spent).
+
+P(accepted | confidence) is learnt per confidence bucket (the AcceptanceModel of key
+("confidence", bucket) in AutoState), starting from the confidence itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+# Upper edges of the confidence buckets (the last bucket runs to 1), and each one's prior:
+# a calibrated draft's acceptance would be about the bucket's middle.
+CONFIDENCE_EDGES = (0.3, 0.5, 0.7, 0.85, 0.95, 0.99)
+CONFIDENCE_PRIORS = (0.15, 0.4, 0.6, 0.77, 0.9, 0.97, 0.995)
+CONFIDENCE = "confidence"
+
+
+def confidence_bucket(p: float) -> int:
+    for bucket, edge in enumerate(CONFIDENCE_EDGES):
+        if p < edge:
+            return bucket
+    return len(CONFIDENCE_EDGES)
+
+
+Rate = Callable[[float], float]  # P(accepted | the draft's confidence), all before accepted
+
+
+@dataclass
+class DraftLength:
+    """One draft-model step's stopping rule (DraftModelDrafter.stop) and trim.
+
+    Verify costs are not convex in the batch size (a GPU's kernels work in tiles, a CPU's in
+    blocks of rows: a batch of 4 can cost little more than one of 3 after a dear step from 2
+    to 3), so both look past the next token: drafting on pays if going on to any later
+    length would, and the tokens kept are the count worth most, not the first that is not.
+    """
+
+    rate: Rate
+    step_seconds: float  # one more draft step
+    verify: Callable[[int], float]  # seconds of a verify batch of n tokens
+    token_seconds: float  # what one accepted token is worth: its time otherwise
+    longest: int  # the draft stops here anyway
+    alive: float = 1.0  # P(every token drafted so far is accepted)
+
+    def stop(self, drafted: int, confidence: float) -> bool:
+        """After token `drafted`: stop unless drafting on to some length m pays for its
+        draft steps and verify rows (later tokens taken to be about as sure as this one)."""
+        rate = self.rate(confidence)
+        self.alive *= rate
+        alive, gain = self.alive, 0.0
+        for m in range(drafted + 1, self.longest + 1):
+            alive *= rate
+            gain += alive * self.token_seconds
+            cost = (m - drafted) * self.step_seconds + self.verify(m + 1) - \
+                self.verify(drafted + 1)
+            if gain > cost:
+                return False
+        return True
+
+    def keep(self, confidences: Sequence[float]) -> int:
+        """How many of the drafted tokens are worth their verify rows (0: none is)."""
+        alive, gain, best, kept = 1.0, 0.0, 0.0, 0
+        for n, confidence in enumerate(confidences, start=1):
+            alive *= self.rate(confidence)
+            gain += alive * self.token_seconds
+            worth = gain - (self.verify(n + 1) - self.verify(1))
+            if worth > best:
+                best, kept = worth, n
+        return kept
+
+
+def longest_useful(verify: Callable[[int], float], step_seconds: float, limit: int) -> int:
+    """The most tokens worth drafting even if every one were accepted: beyond it, a longer
+    draft makes fewer tokens per second however sure the draft is."""
+    best, best_k = 1.0 / verify(1), 0
+    for k in range(1, limit + 1):
+        rate = (k + 1) / (verify(k + 1) + k * step_seconds)
+        if rate > best:
+            best, best_k = rate, k
+    return best_k
+
+
+@dataclass
+class CatchUp:
+    """Ski rental for a cold draft model: the seconds it would have saved so far."""
+
+    missed: float = 0.0
+
+    def rent(self, seconds: float) -> None:
+        self.missed += max(seconds, 0.0)
+
+    def paid(self, catch_up_seconds: float) -> bool:
+        return self.missed >= catch_up_seconds
