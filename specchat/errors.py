@@ -20,9 +20,16 @@ class SpecchatError(Exception):
 
 
 class UsageError(SpecchatError):
-    """Bad input from the user: bad option, unknown preset, incompatible draft."""
+    """Bad input from the user: bad option, unknown preset, incompatible draft. `param`
+    names the request field at fault, for the HTTP API's 400."""
 
     exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, exit_code: int | None = None, *,
+                 param: str | None = None) -> None:
+        super().__init__(message, exit_code)
+        if param is not None:
+            self.param = param
 
 
 class PromptTooLong(UsageError):

@@ -113,7 +113,7 @@ def test_prefill_progress_shows_in_the_status_line(tmp_path: Path, monkeypatch) 
     chat, out, err = _rich_session(tmp_path)
     stats = Stats(mode="off", generated=1, steps=1, decode_seconds=0.1)
 
-    def stream(tokens, options, progress=None):  # type: ignore[no-untyped-def]
+    def stream(tokens, options, progress=None, tools=None):  # type: ignore[no-untyped-def]
         progress(Progress(512, 3000, 0.5))  # under a second: not shown
         progress(Progress(1024, 3000, 2.0))
         yield Chunk("ok", (1,), (False,), stats)

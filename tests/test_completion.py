@@ -43,7 +43,8 @@ def test_bash_commands_and_subcommands(cache: Path) -> None:
     assert complete(cache, "bash", "specchat hi", 1) == ["history"]
     assert set(complete(cache, "bash", "specchat ", 1)) >= {
         "ask", "chat", "history", "config", "models", "pull", "bench", "doctor"}
-    assert complete(cache, "bash", "specchat history ", 2) == ["search", "show", "rm", "store", "export"]
+    assert complete(cache, "bash", "specchat history ", 2) == [
+        "search", "show", "rm", "store", "export"]
 
 
 def test_bash_models_presets_and_cached_files(cache: Path) -> None:

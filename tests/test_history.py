@@ -179,3 +179,35 @@ def test_a_value_an_earlier_answer_copied_from_its_request_is_not_proposed() -> 
     drafter = HistoryDrafter(store, models()[1], branches=1)
     same_value = drafter.plan([5, 6, 77, 78, 9, 1, 2, 6, 3], 16, GPU)
     assert same_value is not None and same_value.draft.tokens[:2] == (77, 78)
+
+
+def _guided(target: FakeModel, prompt: Sequence[int], store: SuffixIndex | None,
+            spec: str, **opts: object) -> Finished:
+    from tests.fakegrammar import FakeGrammar
+
+    # Everything but 7 and 9, so the store's copies (which hold both) are cut by the grammar.
+    grammar = FakeGrammar({0: {t: 0 for t in range(12) if t not in (7, 9)}}, 12)
+    state = AutoState(target_costs=fixed(GPU))
+    *_, fin = generate(target, prompt, GenerationOptions(max_tokens=40, spec=spec, **opts),
+                       hooks=Hooks(auto=state, history=store, constraint=grammar))
+    assert isinstance(fin, Finished)
+    return fin
+
+
+@pytest.mark.parametrize("extra", [{}, {"logprobs": 2}])
+def test_under_a_grammar_history_drafts_are_chains_and_change_nothing(
+        extra: dict[str, object]) -> None:
+    """Trees are verified without a grammar's masks and per-row logprobs, so under either the
+    store drafts chains, which go through the grammar like any draft."""
+    prompt = [3, 1, 4, 1, 5]
+    plain = _guided(FakeTreeModel(12, seed=4), prompt, None, "off", **extra)
+    assert not {7, 9} & set(plain.tokens)
+    free = greedy_answer(FakeModel(12, seed=4), prompt, 40)
+    wrong = [(t + 1) % 12 if i % 5 == 2 else t for i, t in enumerate(plain.tokens)]
+    store = SuffixIndex([Segment.of_records([[*prompt, *plain.tokens], [*prompt, *wrong],
+                                             [*prompt, *free]])], 12)
+    target = FakeTreeModel(12, seed=4)
+    fin = _guided(target, prompt, store, "auto", **extra)
+    assert list(fin.tokens) == list(plain.tokens)
+    assert fin.stats.to_dict()["sources"][HISTORY]["accepted"] > 0
+    assert target.tree_calls == []

@@ -203,14 +203,14 @@ def _error(r: Any, status: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("body, param, words", [
     ({"model": "fake"}, "messages", "missing required field"),
-    ({"messages": HELLO}, "model", "missing required field"),
+    ({"model": 3, "messages": HELLO}, "model", "string"),
     ({"model": "fake", "messages": HELLO, "n": 2}, "n", "n=1"),
     ({"model": "fake", "messages": HELLO, "presence_penalty": 0.5}, "presence_penalty",
      "repeat_penalty"),
     ({"model": "fake", "messages": HELLO, "temperature": -1}, "temperature", ">= 0"),
-    ({"model": "fake", "messages": HELLO, "top_p": 0}, "top_p", "top_p"),
-    ({"model": "fake", "messages": [{"role": "tool", "content": "x"}]}, "messages[0].role",
-     "system, user or assistant"),
+    ({"model": "fake", "messages": HELLO, "top_p": 1.5}, "top_p", "top_p"),
+    ({"model": "fake", "messages": [{"role": "function", "content": "x"}]},
+     "messages[0].role", "system, user, assistant or tool"),
     ({"model": "fake", "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages[0].content",
      "only text"),

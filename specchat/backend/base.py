@@ -18,8 +18,11 @@ from specchat.engine.loop import ProgressCallback
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.stats import Stats
 from specchat.errors import UsageError
+from specchat.llm.tools import ToolSet
 
-Message = dict[str, str]
+# {"role", "content"}, plus OpenAI's "tool_calls" (an assistant's calls) and "tool_call_id"
+# (a tool result) where the conversation has tools; content may then be None.
+Message = dict[str, Any]
 Events = Generator[Event, None, None]
 KEEP = "\0keep"  # Backend.switch(): leave this model as it is
 
@@ -65,14 +68,18 @@ class Backend(ABC):
 
     @abstractmethod
     def answer(self, messages: Sequence[Message], options: GenerationOptions,
-               progress: ProgressCallback | None = None) -> Events:
+               progress: ProgressCallback | None = None, tools: ToolSet | None = None
+               ) -> Events:
         """The answer's events; `progress` hears how the prompt is read (local models).
-        A prompt that leaves no room for an answer raises PromptTooLong at once."""
+        A prompt that leaves no room for an answer raises PromptTooLong at once.
+        `tools`: functions the model may call (its calls come back as text in the model's
+        tool-call format, llm/tools.py reads them); UsageError where not supported."""
 
     @abstractmethod
-    def complete(self, text: str, options: GenerationOptions,
+    def complete(self, prompt: str | Sequence[int], options: GenerationOptions,
                  progress: ProgressCallback | None = None) -> Events:
-        """A raw completion of `text` (no chat template); like answer() otherwise."""
+        """A raw completion of `prompt`, text or token ids (no chat template); like answer()
+        otherwise."""
 
     @abstractmethod
     def effective_options(self, options: GenerationOptions) -> GenerationOptions:

@@ -13,6 +13,7 @@ from specchat.backend.cpushare import CpuShare
 from specchat.backend.draftstore import open_store
 from specchat.backend.gpu import gpu_key, gpu_layers
 from specchat.backend.local import Runtime
+from specchat.backend.structured import ModelGuides
 from specchat.backend.tuning import (
     Calibration,
     Tuned,
@@ -72,7 +73,7 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
         least_tokens=lambda prompt: target.fewest_tokens(
             prompt if isinstance(prompt, str) else template.render(list(prompt))),
         info=info, speculation_allowed=not target.is_recurrent, closers=closers,
-        settings=settings, reopen=open_runtime,
+        settings=settings, reopen=open_runtime, guides=ModelGuides(target, template),
     )
     tuned = Tuned(target, draft, target_path, draft_path, settings, calibration)
     try:

@@ -22,7 +22,9 @@ from specchat.backend.base import (
 from specchat.backend.cpushare import CpuShare
 from specchat.backend.draftstore import MAX_PROMPT, DraftStore, record_start, tag_of
 from specchat.backend.promptcache import PromptCache, StatefulModel
+from specchat.backend.structured import Guides, uses_tools, with_format_note
 from specchat.engine.auto import AutoState
+from specchat.engine.constraint import Constraint
 from specchat.engine.events import Event, Finished
 from specchat.engine.loop import Hooks, Restore, generate
 from specchat.engine.options import GenerationOptions, Spec
@@ -30,6 +32,7 @@ from specchat.engine.protocol import LogitsModel, common_prefix
 from specchat.engine.stats import Stats
 from specchat.engine.threads import ThreadGovernor
 from specchat.errors import PromptTooLong, UsageError
+from specchat.llm.tools import ToolSet
 from specchat.settings.load import LoadSettings
 from specchat.storage import StorageError
 
@@ -61,18 +64,23 @@ class Runtime(Backend):
     reopen: Callable[[LoadSettings, Runtime], Runtime] | None = None
     tuned: Tuned | None = None  # the loaded models as tuning measured them (open_runtime)
     drafts: DraftStore | None = None  # earlier prompts and answers `auto` drafts from
+    # Prompts with tools and grammars for structured answers (None: free text only)
+    guides: Guides | None = None
 
     # --- the answer path ---------------------------------------------------------------
     def stream(self, prompt: Sequence[int], options: GenerationOptions,
-               progress: ProgressCallback | None = None) -> Events:
-        """Generate an answer to `prompt` tokens; the mode comes from options.spec."""
+               progress: ProgressCallback | None = None, tools: ToolSet | None = None
+               ) -> Events:
+        """Generate an answer to `prompt` tokens; the mode comes from options.spec, the
+        grammar from options.structure or the tool choice."""
         options = self.effective_options(options)
         draft = self.draft_for(options.spec)
         history = None
         if self.drafts is not None and options.spec is Spec.AUTO:
             history = self.drafts.index(self.target.n_vocab)
         hooks = Hooks(auto=self.auto, progress=progress, restore=self._restorer(draft),
-                      governor=self.governor, history=history)
+                      governor=self.governor, history=history,
+                      constraint=self._constraint(options, tools))
         events = generate(self.target, prompt, options, draft=draft, hooks=hooks)
         if self.governor is None or self.cpu_share is None:
             return events
@@ -109,6 +117,18 @@ class Runtime(Backend):
             yield from events
         finally:
             share.release()
+
+    def _constraint(self, options: GenerationOptions,
+                    tools: ToolSet | None) -> Constraint | None:
+        if options.structure is None and (tools is None or not tools.callable):
+            return None
+        return self._guides().constraint(options.structure, tools)
+
+    def _guides(self) -> Guides:
+        if self.guides is None:
+            raise UsageError(f"{self.info.target_name} cannot give structured answers here "
+                             "(no grammar support for this model)")
+        return self.guides
 
     def draft_for(self, mode: Spec) -> LogitsModel | None:
         """The draft model a mode uses (its cache is prefilled with the prompt)."""
@@ -176,16 +196,32 @@ class Runtime(Backend):
         return self.raw_tokens(text)
 
     def answer(self, messages: Sequence[Message], options: GenerationOptions,
-               progress: ProgressCallback | None = None) -> Events:
-        self.refuse_certainly_long(messages)
-        tokens = self.fitting(self.chat_tokens(messages))
-        return self.kept(self.stream(tokens, options, progress=progress),
+               progress: ProgressCallback | None = None, tools: ToolSet | None = None
+               ) -> Events:
+        if not uses_tools(messages, tools):
+            # (A conversation with tools is rendered in its own way, backend/structured.py:
+            # it is measured when it is tokenized.)
+            self.refuse_certainly_long(messages)
+        tokens = self.fitting(self.chat_prompt(messages, options, tools))
+        return self.kept(self.stream(tokens, options, progress=progress, tools=tools),
                          tokens[self.record_start(messages, tokens):])
 
-    def complete(self, text: str, options: GenerationOptions,
+    def chat_prompt(self, messages: Sequence[Message], options: GenerationOptions,
+                    tools: ToolSet | None = None) -> list[int]:
+        """The chat prompt for an answer: with the tools it may call, and a note on the
+        format it must have (backend/structured.py says why)."""
+        if tools is None or not tools.callable:
+            messages = with_format_note(messages, options.structure)
+        if uses_tools(messages, tools):
+            return self._guides().prompt(messages, tools or ToolSet(()))
+        return self.chat_tokens(messages)
+
+    def complete(self, prompt: str | Sequence[int], options: GenerationOptions,
                  progress: ProgressCallback | None = None) -> Events:
-        self.refuse_certainly_long(text)
-        tokens = self.fitting(self.raw_tokens(text))
+        if isinstance(prompt, str):
+            self.refuse_certainly_long(prompt)
+        tokens = self.fitting(self.raw_tokens(prompt) if isinstance(prompt, str) else
+                              self._ids(prompt))
         return self.kept(self.stream(tokens, options, progress=progress),
                          tokens[self.record_start(None, tokens):])
 
@@ -195,6 +231,17 @@ class Runtime(Backend):
         if messages is None:
             return max(0, len(tokens) - MAX_PROMPT)
         return record_start(self.chat_tokens, messages, tokens)
+
+    def _ids(self, prompt: Sequence[int]) -> list[int]:
+        """A prompt given as token ids, each checked against the vocabulary."""
+        n = self.target.n_vocab
+        bad = next((t for t in prompt if not 0 <= t < n), None)
+        if bad is not None:
+            raise UsageError(f"prompt token {bad} is not in this model's vocabulary "
+                             f"(ids 0 to {n - 1})", param="prompt")
+        if not prompt:
+            raise UsageError("the prompt has no tokens", param="prompt")
+        return [int(t) for t in prompt]
 
     def cached_tokens(self) -> int:
         return len(self.target.tokens)
@@ -210,6 +257,11 @@ class Runtime(Backend):
 
     def effective_options(self, options: GenerationOptions) -> GenerationOptions:
         """Check the mode against what is loaded; refuse what cannot be honoured."""
+        bias = options.sampling.logit_bias
+        if bias and bias[-1][0] >= self.target.n_vocab:  # ids are sorted
+            raise UsageError(f"logit_bias names token {bias[-1][0]}, which is not in this "
+                             f"model's vocabulary (ids 0 to {self.target.n_vocab - 1})",
+                             param="logit_bias")
         if options.spec is Spec.DRAFT and self.draft is None:
             raise UsageError("--spec draft needs a draft model: pass --draft NAME_OR_PATH "
                              "(or use --spec ngram / auto)")

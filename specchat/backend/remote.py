@@ -16,6 +16,7 @@ go only to --endpoint.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -30,9 +31,10 @@ from specchat.backend.base import (
     RuntimeInfo,
 )
 from specchat.engine.events import Chunk, Finished
-from specchat.engine.options import GenerationOptions
-from specchat.engine.stats import Stats
+from specchat.engine.options import GenerationOptions, Structure
+from specchat.engine.stats import SPECULATION, Stats
 from specchat.errors import SpecchatError, UsageError
+from specchat.llm.tools import ToolSet
 
 REMOTE = "remote"
 # OpenAI's finish reasons in the engine's words ("stop" covers both a stop string and the
@@ -122,7 +124,11 @@ class RemoteRuntime(Backend):
         return None  # the server enforces its own context (and says so)
 
     def answer(self, messages: Sequence[Message], options: GenerationOptions,
-               progress: ProgressCallback | None = None) -> Events:
+               progress: ProgressCallback | None = None, tools: ToolSet | None = None
+               ) -> Events:
+        if tools is not None:
+            raise UsageError("tools are not passed on to --endpoint servers here: call the "
+                             "server's API directly")
         # The server reads the prompt: there is no local prefill to report on.
         from openai.types.chat import ChatCompletionChunk
 
@@ -131,10 +137,11 @@ class RemoteRuntime(Backend):
         return self._events(lambda: calls.create(**request), ChatCompletionChunk,
                             lambda choice: choice.delta.content, options.max_tokens)
 
-    def complete(self, text: str, options: GenerationOptions,
+    def complete(self, prompt: str | Sequence[int], options: GenerationOptions,
                  progress: ProgressCallback | None = None) -> Events:
         from openai.types import Completion
 
+        text = prompt if isinstance(prompt, str) else [int(t) for t in prompt]
         request = dict(model=self.model, prompt=text, **self._fields(options))
         calls = self.client.completions.with_streaming_response
         return self._events(lambda: calls.create(**request), Completion,
@@ -155,8 +162,11 @@ class RemoteRuntime(Backend):
     # --- the request and the stream -----------------------------------------------------
     @staticmethod
     def _fields(options: GenerationOptions) -> dict[str, Any]:
-        """OpenAI fields; specchat's other sampling options only when they are not off,
-        because some servers refuse fields they do not know."""
+        """OpenAI fields, and every other sampler setting too, "off" values included: a
+        server fills what it is not sent with its own defaults (llama-cpp-python's server:
+        top_k 40, min_p 0.05, repeat_penalty 1.1), which would change even a temperature-0
+        answer. Servers that do not know a field ignore it (llama-server, vLLM and
+        llama-cpp-python's server all do)."""
         s = options.sampling
         fields: dict[str, Any] = {"max_tokens": options.max_tokens, "temperature":
                                   s.temperature, "top_p": s.top_p, "stream": True,
@@ -165,15 +175,18 @@ class RemoteRuntime(Backend):
             fields["seed"] = s.seed
         if options.stop:
             fields["stop"] = list(options.stop)
-        extra: dict[str, Any] = {}
-        if s.top_k:
-            extra["top_k"] = s.top_k
-        if s.min_p:
-            extra["min_p"] = s.min_p
-        if s.repeat_penalty != 1.0:  # llama-server's and vLLM's names for the same penalty
-            extra.update(repeat_penalty=s.repeat_penalty, repetition_penalty=s.repeat_penalty)
-        if extra:
-            fields["extra_body"] = extra
+        if s.logit_bias:
+            fields["logit_bias"] = {str(t): b for t, b in s.logit_bias}
+        if options.structure is not None:
+            fields["response_format"] = _response_format(options.structure)
+        # llama-server's and vLLM's names for the same penalty; llama.cpp's window.
+        extra: dict[str, Any] = {"top_k": s.top_k, "min_p": s.min_p,
+                                 "repeat_penalty": s.repeat_penalty,
+                                 "repetition_penalty": s.repeat_penalty,
+                                 "repeat_last_n": s.repeat_last_n}
+        if options.structure is not None and options.structure.kind == "grammar":
+            extra["grammar"] = options.structure.text  # llama-server's own field
+        fields["extra_body"] = extra
         return fields
 
     def _events(self, start: Any, kind: Any, text_of: Any, max_tokens: int) -> Events:
@@ -188,7 +201,9 @@ class RemoteRuntime(Backend):
                 if event is sse.DONE:
                     complete = True
                     break
-                text = self._take(event, kind, text_of, live)
+                # A trailing U+FFFD waits: a server that cut the answer at max_tokens in the
+                # middle of a character sends one, and it is dropped then (_Live.end).
+                text = live.hold(self._take(event, kind, text_of, live))
                 if text and live.past(max_tokens, text):
                     live.reason = "length"  # the server ignores max_tokens: -n holds anyway
                     break
@@ -198,6 +213,10 @@ class RemoteRuntime(Backend):
         if not complete and live.reason is None:
             raise SpecchatError(f"the answer from {self.url} was cut off before it finished "
                                 "(no finish reason, no [DONE]); what arrived is shown above")
+        tail = live.end()
+        if tail:
+            live.saw_text(tail)
+            yield Chunk(tail, (), (), live.stats())
         yield Finished(REASONS.get(live.reason or "stop", "eog"), live.text, (), live.stats())
 
     def _check_stream(self, http: Any) -> None:
@@ -242,6 +261,14 @@ class RemoteRuntime(Backend):
         return _Translate(self._openai, self.url)
 
 
+def _response_format(structure: Structure) -> dict[str, Any]:
+    """OpenAI's response_format for a Structure (a grammar goes as llama-server's field)."""
+    if structure.kind == "json_schema":
+        return {"type": "json_schema", "json_schema": {
+            "name": "answer", "schema": json.loads(structure.text), "strict": structure.strict}}
+    return {"type": "json_object"} if structure.kind == "json" else {"type": "text"}
+
+
 # What specchat serve reports of its engine's Stats (usage.speculative).
 _COUNTS = ("steps", "steps_drafted", "drafted", "accepted")
 _SECONDS = ("decode_seconds", "draft_seconds", "verify_seconds", "sample_seconds",
@@ -260,6 +287,7 @@ class _Live:
         self.reason: str | None = None
         self.server: dict[str, Any] = {}
         self.counts: dict[str, int] = {}
+        self._held = ""  # trailing U+FFFD, shown only if the answer was not cut
 
     @property
     def text(self) -> str:
@@ -269,6 +297,18 @@ class _Live:
         if isinstance(extra.get("speculative"), dict):
             self.server = extra["speculative"]
         self.reason = reason or self.reason
+
+    def hold(self, text: str) -> str:
+        """`text` less any U+FFFD at its end, which waits for what comes next (end())."""
+        pending = self._held + text
+        shown = pending.rstrip("\ufffd")
+        self._held = pending[len(shown):]
+        return shown
+
+    def end(self) -> str:
+        """What was held back, unless the answer was cut at max_tokens."""
+        held, self._held = self._held, ""
+        return "" if self.reason == "length" else held
 
     def saw_text(self, text: str) -> None:
         self.first = self.first or time.perf_counter()
@@ -294,11 +334,14 @@ class _Live:
     def stats(self) -> Stats:
         now = time.perf_counter()
         first = self.first or now
+        # What the server did not report is unknown, not 0 (Stats.unknown).
+        unknown = () if self.counts else ("prompt_tokens", "prompt_cached")
         common: dict[str, Any] = {"prompt_tokens": self.counts.get("prompt_tokens", 0),
                                   "prompt_cached": self.counts.get("prompt_cached", 0),
                                   "prompt_seconds": first - self.begin}
         server = self.server
         if server:
+            common["unknown"] = unknown
             values: dict[str, Any] = {name: _count(server.get(name)) for name in _COUNTS}
             values.update({name: _seconds(server.get(name)) for name in _SECONDS})
             values["steps_empty"] = max(0, values["steps"] - values["steps_drafted"])
@@ -306,7 +349,8 @@ class _Live:
                          generated=self.counts.get("completion_tokens")
                          or _count(server.get("completion_tokens")), **values, **common)
         generated = self.counts.get("completion_tokens") or self.chunks
-        return Stats(mode=REMOTE, generated=generated, decode_seconds=now - first, **common)
+        return Stats(mode=REMOTE, generated=generated, decode_seconds=now - first,
+                     unknown=(*unknown, *SPECULATION), **common)
 
 
 def _count(value: Any) -> int:

@@ -5,6 +5,9 @@ prompt, everything else as llama-cpp-python ships it (its chat template from the
 sampler chain, flash attention off, n_batch 512). Greedy like the rest of the bench, from an
 empty cache every run.
 
+A prompt with a schema gets the same note on the format as specchat's prompt and
+llama-cpp-python's own JSON-schema grammar (response_format with a schema).
+
 It is timed from outside: its `generate` is wrapped so every token it yields gets a
 timestamp; decode speed is tokens after the first over the time after the first, the same
 "after the first token" measure the report takes from specchat's own chunks for the
@@ -13,13 +16,16 @@ timestamp; decode speed is tokens after the first over the time after the first,
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from specchat.backend.structured import with_format_note
 from specchat.bench.prompts import BenchPrompt
-from specchat.bench.runner import RunRecord
+from specchat.bench.runner import RunRecord, matches_schema
+from specchat.engine.options import Structure
 
 PEER = "llama-cpp"
 Clock = Callable[[], float]
@@ -44,7 +50,8 @@ class ChatCompletionPeer:
         self.llm = llm
         self.clock = clock
 
-    def answer(self, text: str, max_tokens: int, seed: int | None) -> PeerAnswer:
+    def answer(self, text: str, max_tokens: int, seed: int | None,
+               structure: Structure | None = None) -> PeerAnswer:
         llm, clock, out = self.llm, self.clock, PeerAnswer()
         llm.reset()  # no prefix reuse: a full prefill, as every specchat run pays
         generate = llm.generate
@@ -60,9 +67,12 @@ class ChatCompletionPeer:
 
         llm.generate = timed
         try:
+            messages = with_format_note([{"role": "user", "content": text}], structure)
+            extra = {} if structure is None else {"response_format": {
+                "type": "json_object", "schema": json.loads(structure.text)}}
             chunks = llm.create_chat_completion(
-                messages=[{"role": "user", "content": text}], max_tokens=max_tokens,
-                temperature=0.0, seed=seed, stream=True)
+                messages=list(messages), max_tokens=max_tokens, temperature=0.0, seed=seed,
+                stream=True, **extra)
             for chunk in chunks:
                 choice = chunk["choices"][0]
                 out.text += choice["delta"].get("content") or ""
@@ -77,7 +87,7 @@ class ChatCompletionPeer:
 
     def run(self, prompt: BenchPrompt, position: int, max_tokens: int,
             seed: int | None) -> RunRecord:
-        a = self.answer(prompt.text, max_tokens, seed)
+        a = self.answer(prompt.text, max_tokens, seed, prompt.structure())
         first = a.times[0] if a.times else a.seconds
         last = a.times[-1] if a.times else a.seconds
         return RunRecord(
@@ -87,4 +97,5 @@ class ChatCompletionPeer:
             prompt_seconds=first, decode_seconds=last - first, wall_seconds=a.seconds,
             first_chunk_seconds=first, steps=len(a.tokens), drafted=0, accepted=0,
             finish_reason=a.finish_reason or "unknown", tokens=a.tokens, text=a.text,
-            stats={}, first_tokens=min(1, len(a.tokens)), last_chunk_seconds=last)
+            stats={}, first_tokens=min(1, len(a.tokens)), last_chunk_seconds=last,
+            valid=matches_schema(prompt, a.text))

@@ -2,7 +2,9 @@
 
 A line is `{"question_id": ..., "category": "...", "turns": ["first turn", ...]}`; only the
 first turn is used, because a benchmark answer to a later turn would depend on the earlier
-answer, which differs between modes whenever greedy outputs diverge.
+answer, which differs between modes whenever greedy outputs diverge. A line may also carry a
+"schema" (a JSON schema): its answers are then constrained to JSON that matches it, as
+`ask --schema` does. The built-in JSON set (`bench --json-schemas`) is such a file.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from specchat.engine.options import Structure
 from specchat.errors import UsageError
 
 BUILTIN_NAME = "default_prompts.jsonl"
+JSON_NAME = "json_prompts.jsonl"  # the built-in set of schema-constrained prompts
 
 
 @dataclass(frozen=True)
@@ -25,17 +29,22 @@ class BenchPrompt:
     question_id: str
     category: str
     text: str
+    schema: str | None = None  # JSON text of a schema the answer must match
+
+    def structure(self) -> Structure | None:
+        return Structure("json_schema", self.schema) if self.schema is not None else None
 
 
-def builtin_text() -> str:
-    """The shipped default set (code editing, summarization, rag, writing, qa)."""
-    return resources.files("specchat.bench").joinpath(BUILTIN_NAME).read_text(encoding="utf-8")
+def builtin_text(name: str = BUILTIN_NAME) -> str:
+    """A shipped set: the default one (code editing, summarization, rag, writing, qa) or the
+    JSON-schema one."""
+    return resources.files("specchat.bench").joinpath(name).read_text(encoding="utf-8")
 
 
-def load_prompts(path: Path | None) -> list[BenchPrompt]:
-    """Prompts of a JSONL file, or of the built-in set when `path` is None."""
+def load_prompts(path: Path | None, builtin: str = BUILTIN_NAME) -> list[BenchPrompt]:
+    """Prompts of a JSONL file, or of the built-in set `builtin` when `path` is None."""
     if path is None:
-        return parse_jsonl(builtin_text(), source=f"<built-in {BUILTIN_NAME}>")
+        return parse_jsonl(builtin_text(builtin), source=f"<built-in {builtin}>")
     if not path.exists():
         raise UsageError(f"{path}: no such file (give a Spec-Bench style .jsonl file, or none "
                          "for the built-in set)")
@@ -81,7 +90,11 @@ def _parse_line(line: str, where: str) -> BenchPrompt:
     if not isinstance(turns, list) or not turns or not isinstance(turns[0], str) \
             or not turns[0].strip():
         raise UsageError(f"{where}: turns must be a list whose first item is non-empty text")
-    return BenchPrompt(question_id=str(qid), category=category.strip(), text=turns[0])
+    schema = record.get("schema")
+    if schema is not None and not isinstance(schema, (dict, bool)):
+        raise UsageError(f"{where}: schema must be a JSON schema object")
+    return BenchPrompt(question_id=str(qid), category=category.strip(), text=turns[0],
+                       schema=None if schema is None else json.dumps(schema))
 
 
 def categories_of(prompts: Sequence[BenchPrompt]) -> list[str]:

@@ -47,11 +47,16 @@ class ModeSummary:
     draft_seconds: float = 0.0
     after_first_tokens: int = 0  # tokens after the first chunk, timed from outside
     after_first_seconds: float = 0.0
+    checked: int = 0  # answers to schema prompts
+    valid: int = 0  # of those, JSON that matches the schema
 
     def add(self, record: RunRecord) -> None:
         self.after_first_tokens += record.generated - record.first_tokens
         self.after_first_seconds += record.last_chunk_seconds - record.first_chunk_seconds
         self.prompts += 1
+        if record.valid is not None:
+            self.checked += 1
+            self.valid += int(record.valid)
         self.generated += record.generated
         self.decode_seconds += record.decode_seconds
         self.prompt_tokens += record.prompt_tokens
@@ -121,6 +126,7 @@ class ModeSummary:
             "verify_seconds": self.verify_seconds, "draft_seconds": self.draft_seconds,
             "other_ms_per_step": self.other_ms_per_step,
             "greedy_compared": self.compared, "greedy_matched": self.matched,
+            "schema_checked": self.checked, "schema_valid": self.valid,
             "divergences": [{"question_id": q, "first_divergence": i}
                             for q, i in self.divergences],
         }
@@ -204,6 +210,10 @@ def _table(category: str, by_mode: dict[str, ModeSummary], greedy: bool) -> Tabl
             _acceptance(s), _greedy_cell(s, mode, greedy),
         )
     notes = [_divergence_note(s) for s in by_mode.values() if s.divergences]
+    checked = [s for s in by_mode.values() if s.checked]
+    if checked:
+        notes.append("answers that are JSON matching their schema: " + ", ".join(
+            f"{s.mode} {s.valid}/{s.checked}" for s in checked))
     if peer:
         notes.append(f"vs lcp: decode speed after the first token over {PEER}'s (llama-cpp-"
                      "python create_chat_completion, same GGUF and threads), timed from outside")

@@ -12,6 +12,7 @@ Fairness rules, because a 2-core machine shared with other work drifts by 10-20%
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +56,7 @@ class RunRecord:
     last_chunk_seconds: float = 0.0  # call start to the last chunk
     matched_off: bool | None = None  # None for `off` itself and for sampled runs
     first_divergence: int | None = None  # token index of the first difference from `off`
+    valid: bool | None = None  # a schema prompt's answer: JSON that matches (None: no schema)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -147,7 +149,8 @@ def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], modes: Sequence[
             first = None
             if prompt_cache is not None:
                 cold = next(r.stats for r in runs if r.mode == BASELINE)
-                first = warm_first_token(runtime, prompt, tokens, options, prompt_cache, cold)
+                first = warm_first_token(runtime, prompt, tokens, for_prompt(prompt, options),
+                                         prompt_cache, cold)
             result.records.extend(runs)
             if first is not None:
                 result.first_tokens.append(first)
@@ -163,7 +166,8 @@ def _tokenize_all(runtime: Runtime, prompts: Sequence[BenchPrompt], max_tokens: 
     n_ctx = runtime.target.n_ctx
     kept: list[tuple[BenchPrompt, list[int]]] = []
     for prompt in prompts:
-        tokens = runtime.chat_tokens([{"role": "user", "content": prompt.text}])
+        tokens = runtime.chat_prompt([{"role": "user", "content": prompt.text}],
+                                     for_prompt(prompt, GenerationOptions()))
         if len(tokens) + max_tokens > n_ctx:
             result.skipped.append(Skipped(
                 prompt.question_id, prompt.category,
@@ -176,8 +180,9 @@ def _tokenize_all(runtime: Runtime, prompts: Sequence[BenchPrompt], max_tokens: 
 def _warm_up(runtime: Runtime, tokenized: Sequence[tuple[BenchPrompt, list[int]]],
              modes: Sequence[str], options: GenerationOptions) -> None:
     """A few tokens of the shortest prompt in every mode; nothing is recorded."""
-    _, tokens = min(tokenized, key=lambda item: len(item[1]))
-    short = options.with_values(max_tokens=min(WARMUP_TOKENS, options.max_tokens))
+    prompt, tokens = min(tokenized, key=lambda item: len(item[1]))
+    short = for_prompt(prompt, options).with_values(
+        max_tokens=min(WARMUP_TOKENS, options.max_tokens))
     for mode in modes:
         _reset_caches(runtime)
         _consume(runtime.stream(tokens, short.with_values(spec=mode)))
@@ -211,7 +216,8 @@ def _run_one(runtime: Runtime, prompt: BenchPrompt, tokens: list[int], mode: str
         if first is None:
             first, first_tokens = last, len(chunk.tokens)
 
-    finished = drain(runtime.stream(tokens, options.with_values(spec=mode)), on_chunk)
+    finished = drain(runtime.stream(tokens, for_prompt(prompt, options).with_values(spec=mode)),
+                     on_chunk)
     end = clock()
     if finished is None:
         raise RuntimeError(f"the engine ended {mode} run of {prompt.question_id} without "
@@ -219,6 +225,7 @@ def _run_one(runtime: Runtime, prompt: BenchPrompt, tokens: list[int], mode: str
     record = _record(prompt, mode, position, finished, wall=end - start,
                      first=(first if first is not None else end) - start)
     record.first_tokens, record.last_chunk_seconds = first_tokens, last - start
+    record.valid = matches_schema(prompt, finished.text)
     if listener:
         listener(Step(prompt, mode, record))
     return record
@@ -235,6 +242,26 @@ def _record(prompt: BenchPrompt, mode: str, position: int, finished: Finished,
         drafted=stats.drafted, accepted=stats.accepted, finish_reason=finished.reason,
         tokens=list(finished.tokens), text=finished.text, stats=stats.to_dict(),
     )
+
+
+def for_prompt(prompt: BenchPrompt, options: GenerationOptions) -> GenerationOptions:
+    """The options for one prompt: constrained to its schema when it has one."""
+    structure = prompt.structure()
+    return options if structure is None else options.with_values(structure=structure)
+
+
+def matches_schema(prompt: BenchPrompt, text: str) -> bool | None:
+    """Whether an answer is JSON that matches the prompt's schema (None: it has none)."""
+    if prompt.schema is None:
+        return None
+    import jsonschema
+
+    schema = json.loads(prompt.schema)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return bool(jsonschema.validators.validator_for(schema)(schema).is_valid(value))
 
 
 def mark_greedy_matches(runs: Sequence[RunRecord], greedy: bool) -> None:

@@ -18,6 +18,7 @@ from specchat.paths import config_file
 from specchat.settings import schema
 from specchat.settings.file import save_settings
 from specchat.settings.schema import BY_NAME, GENERATION, OPTIONS, Option, OptionError
+from specchat.settings.structure import format_values, structure_of
 
 LIVE: tuple[Option, ...] = tuple(o for o in OPTIONS if o.live)
 _SAMPLING = {f.name for f in dataclasses.fields(schema.SamplingOptions)}
@@ -28,7 +29,10 @@ def live_values(session: ChatSession) -> dict[str, Any]:
     opts = session.options
     config = session.renderer.config
     values: dict[str, Any] = {}
+    values["format"], values["schema"] = format_values(opts.structure)
     for opt in LIVE:
+        if opt.name in ("format", "schema"):
+            continue
         if opt.group == GENERATION and opt.name in _SAMPLING:
             values[opt.name] = getattr(opts.sampling, opt.name)
         elif opt.group == GENERATION and opt.name != "system":
@@ -60,6 +64,13 @@ def apply(session: ChatSession, opt: Option, value: Any) -> None:
         session.set_options(seed=None if value == -1 else value)
     elif opt.name == "stop":
         session.set_options(stop=tuple(value))
+    elif opt.name in ("format", "schema"):
+        now = dict(zip(("format", "schema"), format_values(session.options.structure),
+                       strict=True))
+        now[opt.name] = value
+        if opt.name == "format" and value == "text":
+            now["schema"] = None  # /set format text: free text again
+        session.set_options(structure=structure_of(now["format"] or "text", now["schema"]))
     else:
         session.set_options(**{opt.name: value})
 

@@ -113,8 +113,9 @@ def summary_text(stats: Stats, draft_name: str | None, reason: str | None) -> st
     label = _speedup_label(stats)
     if label is not None:
         parts.append(label)
-    new = stats.prompt_tokens - stats.prompt_cached
-    parts.append(f"prompt +{new} tok {stats.prompt_seconds * 1000:.0f} ms")
+    new = f"+{stats.prompt_tokens - stats.prompt_cached}" if stats.known("prompt_tokens") \
+        else "unknown"
+    parts.append(f"prompt {new} tok {stats.prompt_seconds * 1000:.0f} ms")
     if stats.first_token_seconds > 0:
         parts.append(f"first token {stats.first_token_seconds * 1000:.0f} ms")
     line = " · ".join(parts)

@@ -58,9 +58,11 @@ class Tally(Rates):
     accept_length_hist: dict[int, int] = field(default_factory=dict)
     prompts: list[PromptTiming] = field(default_factory=list)
     modes: dict[str, int] = field(default_factory=dict)
+    unmeasured: int = 0  # answers whose server did not report its steps
 
     def add(self, stats: Stats, interrupted: bool = False) -> None:
         self.answers += 1
+        self.unmeasured += int("steps" in (getattr(stats, "unknown", ()) or ()))
         self.interrupted += int(interrupted)
         for name in ("generated", "steps", "steps_drafted", "steps_empty", "drafted",
                      "accepted"):
@@ -93,6 +95,10 @@ class Tally(Rates):
             f"target steps {self.steps} ({self.steps_drafted} with a draft, "
             f"{self.steps_empty} drafted nothing); {self.tokens_per_step:.2f} tokens/step",
             f"acceptance   {self.accepted}/{self.drafted} drafted tokens = {acc}",
+        ]
+        if self.unmeasured == self.answers:
+            out[2:] = ["target steps unknown: the server did not report them"]
+        out += [
             f"time split   draft {self.draft_seconds:.2f}s · verify {self.verify_seconds:.2f}s"
             f" · sample {self.sample_seconds:.2f}s",
         ]

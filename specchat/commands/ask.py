@@ -19,7 +19,7 @@ from specchat.chat.attach import Attachment, compose, measure, read_files
 from specchat.commands import common as c
 from specchat.engine.events import Chunk, Finished, drain
 from specchat.engine.options import GenerationOptions
-from specchat.errors import EXIT_INTERRUPTED, UsageError
+from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
 from specchat.paths import prompt_cache_dir
 from specchat.settings.file import Settings
 from specchat.settings.flags import with_options
@@ -58,6 +58,7 @@ def ask(
     finished, backend, counts = run(settings, options, attached, text, raw, not json_out)
     if finished is None:
         raise typer.Exit(EXIT_INTERRUPTED)
+    problem = structure_problem(finished, options)
     if json_out:
         out = answer_json(backend, finished)
         out["attachments"] = [{"name": a.name, "tokens": n}
@@ -67,6 +68,36 @@ def ask(
         note(summary_line(finished.stats, finished.reason))
         if attached:
             note(attachments_line(attached, counts))
+    if problem:
+        raise SpecchatError(problem)
+
+
+def structure_problem(finished: Finished, options: GenerationOptions) -> str | None:
+    """What is wrong with a structured answer (--format json, --schema), in one line; None
+    when it is whole and valid. The grammar makes every answer a prefix of a valid one, so
+    what can go wrong is an answer cut short, or a schema keyword it could not enforce."""
+    structure = options.structure
+    if structure is None or structure.kind == "grammar":
+        return None
+    if finished.reason in ("length", "context"):
+        limit = "--max-tokens" if finished.reason == "length" else "--ctx"
+        return (f"the answer ran out of tokens before its JSON was complete "
+                f"({finished.stats.generated} tokens): raise {limit}")
+    try:
+        value = json.loads(finished.text)
+    except ValueError as exc:
+        return f"the answer is not complete JSON ({exc}; finish reason {finished.reason})"
+    if structure.kind != "json_schema":
+        return None
+    import jsonschema
+
+    schema = json.loads(structure.text)
+    validator = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
+    errors = sorted(validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    where = "/".join(str(p) for p in errors[0].absolute_path) or "the top level"
+    return f"the answer does not match the schema at {where}: {errors[0].message}"
 
 
 def attachments_line(attached: list[Attachment], counts: list[int | None]) -> str:
@@ -118,7 +149,7 @@ def _ask_local(settings: Settings, options: GenerationOptions, attached: list[At
         messages = None if raw else messages_for(message, settings["system"])
         runtime.refuse_certainly_long(message if messages is None else messages)
         tokens = runtime.fitting(runtime.raw_tokens(message) if messages is None else
-                                 runtime.chat_tokens(messages))
+                                 runtime.chat_prompt(messages, options))
         head = tokens[runtime.record_start(messages, tokens):]  # kept in the drafting store
         finished = stream_answer(
             lambda progress: runtime.kept(runtime.stream(tokens, options, progress=progress),

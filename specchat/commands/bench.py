@@ -91,6 +91,9 @@ def bench(
     calibrate: Annotated[bool, typer.Option(
         "--calibrate", help="Measure and print what a verify batch costs here (and the "
         "break-even acceptance), then exit.")] = False,
+    json_schemas: Annotated[bool, typer.Option(
+        "--json-schemas", help="Run the built-in set of JSON-schema prompts: every answer "
+        "constrained to JSON that matches its schema.")] = False,
     record_file: Annotated[Optional[str], typer.Option(
         "--record", metavar="FILE", help="Record acceptance instead of timing: the target's "
         "greedy answers and the draft's proposal at every position, as JSON for "
@@ -124,7 +127,11 @@ def bench(
     options = c.options_from(settings).with_values(spec=Spec.OFF)
     ctx = settings["ctx"]
     mode_list = parse_modes(modes, DEFAULT_MODES)
-    chosen = [] if calibrate else _chosen_prompts(file, categories, limit)
+    if json_schemas and file is not None:
+        raise UsageError("--json-schemas runs the built-in JSON set: leave out the file (a "
+                         "file's lines may carry a \"schema\" of their own)")
+    builtin = bp.JSON_NAME if json_schemas else bp.BUILTIN_NAME
+    chosen = [] if calibrate else _chosen_prompts(file, categories, limit, builtin)
     _check_writable(json_file)
     if record_file is not None:
         _check_writable(record_file)
@@ -153,6 +160,8 @@ def bench(
                                warmup=warmup, peer=plain,
                                prompt_cache=PromptCache(Path(cache_dir), min_new_tokens=0))
         described = _settings(file, categories, limit, mode_list, options, runtime, ctx)
+        if json_schemas:
+            described["file"] = f"<built-in {bp.JSON_NAME}>"
         described["ceiling"] = ceiling_summary(runtime.auto)
     _report(result, mode_list, described, json_file, greedy=options.sampling.greedy)
     if not result.records and not result.interrupted:
@@ -196,9 +205,9 @@ def _plain_peer(runtime: Runtime, loading: LoadSettings) -> ChatCompletionPeer |
     return ChatCompletionPeer(llm)
 
 
-def _chosen_prompts(file: Path | None, categories: str | None,
-                    limit: int | None) -> list[bp.BenchPrompt]:
-    chosen = bp.select(bp.load_prompts(file), bp.parse_categories(categories), limit)
+def _chosen_prompts(file: Path | None, categories: str | None, limit: int | None,
+                    builtin: str = bp.BUILTIN_NAME) -> list[bp.BenchPrompt]:
+    chosen = bp.select(bp.load_prompts(file, builtin), bp.parse_categories(categories), limit)
     if not chosen:
         raise UsageError("no prompts selected")
     return chosen

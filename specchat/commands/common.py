@@ -48,5 +48,8 @@ def open_remote(settings: Settings, options: GenerationOptions) -> RemoteRuntime
     if settings.sources.get("draft") == "flag":
         raise UsageError("--draft has no effect with --endpoint: the server chooses its own "
                          "draft (specchat serve -d NAME, or vLLM's speculative config)")
+    if settings.sources.get("spec") == "flag":
+        raise UsageError("--spec has no effect with --endpoint: the server chooses how it "
+                         "speculates (specchat serve --spec MODE)")
     return RemoteRuntime(settings["endpoint"], settings.get("api_key"), settings.get("model"),
                          options, timeout=settings["timeout"])

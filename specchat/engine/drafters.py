@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
+from specchat.engine.constraint import Constraint
 from specchat.engine.options import SamplingOptions
 from specchat.engine.padding import (
     check_vocab_sizes,
@@ -23,6 +24,7 @@ from specchat.engine.padding import (
 )
 from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefix
 from specchat.engine.sampling import (
+    biased,
     greedy_token,
     probs,
     recent_window,
@@ -46,7 +48,7 @@ class Draft:
 
 EMPTY_DRAFT = Draft()
 # Where drafts come from (Stats.sources): this conversation, earlier answers, a draft model.
-PROMPT, HISTORY, DRAFT_MODEL = "prompt", "history", "draft-model"
+PROMPT, HISTORY, DRAFT_MODEL, GRAMMAR = "prompt", "history", "draft-model", "grammar"
 
 
 class Drafter(Protocol):
@@ -103,12 +105,17 @@ class DraftModelDrafter:
     `n_target` is the target's vocabulary size when it differs from the draft's by padding
     ids: q rows then have the target's length and never give weight to an id the target
     lacks (the exactness argument is in engine/padding.py).
+
+    Under a grammar (`constraint`) every row is masked as the target's is, the constraint
+    advanced through the tokens drafted so far and given them back afterwards, so q is the
+    masked distribution the token was really drawn from (engine/constraint.py).
     """
 
     def __init__(self, model: LogitsModel, sampling: SamplingOptions,
-                 n_target: int | None = None) -> None:
+                 n_target: int | None = None, constraint: Constraint | None = None) -> None:
         self.model = model
         self.sampling = sampling
+        self.constraint = constraint
         self.n_target = model.n_vocab if n_target is None else n_target
         check_vocab_sizes(self.n_target, model.n_vocab)
         # True once the context holds an id the draft has no embedding for (only possible
@@ -169,29 +176,43 @@ class DraftModelDrafter:
         rows: list[np.ndarray] = []
         self.confidence = []
         eog, stop = model.eog_tokens, self.stop
-        while True:
-            recent = recent_window(context, tokens, self.sampling.repeat_last_n)
-            token, q, confidence = self._choose(logits, recent, rng, stop is not None)
-            tokens.append(token)
-            self.confidence.append(confidence)
-            if q is not None:
-                rows.append(q)
-            # Nothing useful can follow an end-of-generation token.
-            if len(tokens) == k or token in eog or (
-                    stop is not None and stop(len(tokens), confidence)):
-                break
-            logits = model.eval([token], [-1])[0]
-            self._extra.append(token)
+        guide = self.constraint
+        taken = 0  # tokens the constraint took in, given back at the end
+        try:
+            while True:
+                recent = recent_window(context, tokens, self.sampling.repeat_last_n)
+                confident = stop is not None
+                token, q, confidence = (
+                    self._choose(logits, recent, rng, confident) if guide is None else
+                    self._choose(logits, recent, rng, confident, guide.allowed()))
+                tokens.append(token)
+                self.confidence.append(confidence)
+                if q is not None:
+                    rows.append(q)
+                # Nothing useful can follow an end-of-generation token.
+                if len(tokens) == k or token in eog or (
+                        stop is not None and stop(len(tokens), confidence)):
+                    break
+                if guide is not None:
+                    guide.advance([token])
+                    taken += 1
+                logits = model.eval([token], [-1])[0]
+                self._extra.append(token)
+        finally:
+            if guide is not None and taken:
+                guide.rollback(taken)
         self._drafted = True
         return Draft(tuple(tokens), None if self.sampling.greedy else tuple(rows),
                      DRAFT_MODEL)
 
     def _choose(self, logits: np.ndarray, recent: Sequence[int], rng: np.random.Generator,
-                confident: bool) -> tuple[int, np.ndarray | None, float]:
+                confident: bool, allowed: np.ndarray | None = None
+                ) -> tuple[int, np.ndarray | None, float]:
         """One draft token, the row q it was drawn from (None when greedy; q of the target's
         length) and, when `confident`, the draft's probability of the token (else 1). Cut,
-        then warp, then pad: engine/padding.py says why that order."""
-        x = shared_logits(logits, self.n_target)
+        then warp (a grammar's mask `allowed` first), then pad: engine/padding.py says why
+        that order."""
+        x = biased(shared_logits(logits, self.n_target), self.sampling, allowed)
         if self.sampling.greedy:
             return (greedy_token(x, recent, self.sampling), None,
                     top_probability(x) if confident else 1.0)

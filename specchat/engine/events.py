@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
+from specchat.engine.logprobs import TokenLogprob
 from specchat.engine.stats import Stats
 
 
@@ -20,6 +21,9 @@ class Chunk:
     tokens: tuple[int, ...]
     from_draft: tuple[bool, ...]  # per token: a drafted token the target accepted
     stats: Stats
+    # Per token, the target's log-probabilities (only when GenerationOptions.logprobs is
+    # set); an end-of-generation token, never rendered, has none.
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)

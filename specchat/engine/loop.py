@@ -12,6 +12,8 @@ always holds a prefix of prompt + answer and the next turn's prefix reuse is saf
 
 Exactness does not depend on how k or the drafts are chosen: each emitted token has the
 target's distribution given everything before it, whatever happened in earlier steps.
+Under a grammar (Hooks.constraint) every row, the target's and the draft's, is masked for
+its own position and drafts are cut at the first forbidden token: engine/constraint.py.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 
 from specchat.engine.acceptance import accept_greedy, accept_sampled
 from specchat.engine.auto import AutoPolicy, AutoState
+from specchat.engine.constraint import Constraint, StepMasks
 from specchat.engine.drafters import (
     EMPTY_DRAFT,
     Draft,
@@ -35,9 +38,10 @@ from specchat.engine.drafters import (
 )
 from specchat.engine.events import Chunk, Event, Finished, Progress
 from specchat.engine.history import HistoryDrafter
+from specchat.engine.logprobs import TokenLogprob, token_logprob
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.padding import check_vocab_sizes
-from specchat.engine.policy import Adaptive, DraftPolicy, Plain
+from specchat.engine.policy import Adaptive, DraftPolicy, GuidedPolicy, Plain
 from specchat.engine.protocol import (
     ContextFullError,
     LogitsModel,
@@ -45,7 +49,7 @@ from specchat.engine.protocol import (
     common_prefix,
     tree_branches,
 )
-from specchat.engine.sampling import greedy_token, probs, recent_window
+from specchat.engine.sampling import biased, greedy_token, probs, recent_window
 from specchat.engine.stats import Stats, StatsBuilder
 from specchat.engine.suffix import SuffixIndex
 from specchat.engine.text import TextStream
@@ -75,6 +79,8 @@ class Hooks:
     clock: Clock = time.perf_counter
     # Earlier prompts and answers `auto` may draft from (engine/history.py); None: none.
     history: SuffixIndex | None = None
+    # A grammar the answer must follow, fresh for this answer (None: free text)
+    constraint: Constraint | None = None
 
 
 def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOptions, *,
@@ -87,7 +93,7 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
     more than the padding engine/padding.py can bridge.
     """
     tokens = _checked(prompt)
-    policy = make_policy(options, target, draft, hooks.auto, hooks.history)
+    policy = make_policy(options, target, draft, hooks.auto, hooks.constraint, hooks.history)
     return generate_with(target, tokens, options, policy, hooks)
 
 
@@ -121,21 +127,31 @@ def make_drafter(options: GenerationOptions, target: LogitsModel,
 
 
 def make_policy(options: GenerationOptions, target: LogitsModel, draft: LogitsModel | None,
-                auto: AutoState | None, history: SuffixIndex | None = None) -> DraftPolicy:
+                auto: AutoState | None, constraint: Constraint | None = None,
+                history: SuffixIndex | None = None) -> DraftPolicy:
     """Plain decoding for `off`; `draft` and `ngram` adapt k up to draft_max (a fixed long
     draft loses badly on CPUs whenever the text stops being predictable, docs/costs.md);
-    `auto` chooses per step with measured costs."""
+    `auto` chooses per step with measured costs. Under a grammar, the draft model masks its
+    rows with it and drafts go through GuidedPolicy (engine/constraint.py)."""
     drafter = make_drafter(options, target, draft)
     if drafter is None:
         return Plain()
+    policy: DraftPolicy
     if options.spec is Spec.AUTO and isinstance(drafter, PromptLookupDrafter):
-        model_drafter = (DraftModelDrafter(draft, options.sampling, target.n_vocab)
+        model_drafter = (DraftModelDrafter(draft, options.sampling, target.n_vocab, constraint)
                          if draft is not None else None)
         state = auto or AutoState()
+        # A tree is verified without a grammar's masks or per-row logprobs: chains then.
+        branches = 1 if constraint is not None or options.logprobs is not None else \
+            tree_branches(target)
         earlier = None if history is None or history.empty else HistoryDrafter(
-            history, state.model, tree_branches(target))
-        return AutoPolicy(state, drafter, model_drafter, options.draft_max, earlier)
-    return Adaptive(drafter, options.draft_max)
+            history, state.model, branches)
+        policy = AutoPolicy(state, drafter, model_drafter, options.draft_max, earlier)
+    else:
+        if isinstance(drafter, DraftModelDrafter):
+            drafter.constraint = constraint
+        policy = Adaptive(drafter, options.draft_max)
+    return policy if constraint is None else GuidedPolicy(policy, constraint)
 
 
 class _Run:
@@ -152,6 +168,8 @@ class _Run:
         self.governor = hooks.governor
         self.token_bytes = hooks.token_bytes or target.token_bytes
         self.clock = hooks.clock
+        self.constraint = hooks.constraint
+        self.logprobs: list[TokenLogprob] = []  # of the last step's tokens, when asked for
         self.committed = prompt  # prompt + answer so far
         self.n_prompt = len(prompt)
         self.rng = np.random.default_rng(options.sampling.seed)
@@ -184,7 +202,8 @@ class _Run:
             if reason is not None:
                 yield from self._finish(reason, text, kept, flags)
                 return
-            yield Chunk(text, tuple(kept), tuple(flags), self._snapshot())
+            yield Chunk(text, tuple(kept), tuple(flags), self._snapshot(),
+                        tuple(self.logprobs[: len(kept)]))
 
     def _prefill(self) -> bool:
         self.start = start = self.clock()
@@ -229,6 +248,10 @@ class _Run:
             t2 = self.clock()
             n, token = self._accept(logits, draft)
             kept = list(draft.tokens[:n])
+            if self.options.logprobs is not None:
+                top = self.options.logprobs
+                self.logprobs = [token_logprob(logits[j], t, top)
+                                 for j, t in enumerate([*kept, token])]
         n = len(kept)
         t3 = self.clock()
         stats.draft_seconds += t1 - t0
@@ -257,7 +280,10 @@ class _Run:
         opts = self.options.sampling
         n_recent = opts.repeat_last_n if opts.repeat_penalty != 1.0 else 0
         base = self.committed[-n_recent:] if n_recent else []
-        path, token = accept_tree(logits.__getitem__, draft, base, opts, self.rng)
+        # logit_bias is a warp of the target's rows here as in a chain (no grammar: trees
+        # are not drafted under one, make_policy).
+        path, token = accept_tree(lambda i: biased(logits[i], opts), draft, base, opts,
+                                  self.rng)
         target.keep_path([i + 1 for i in path])
         return draft.path_tokens(path), token, t2
 
@@ -267,14 +293,24 @@ class _Run:
         n_recent = opts.repeat_last_n if opts.repeat_penalty != 1.0 else 0
         base = self.committed[-n_recent:] if n_recent else []
 
-        # Row i is scored as if d1..d_i were already in the context: the penalty sees them.
+        # Row i is scored as if d1..d_i were already in the context: the penalty sees them,
+        # and so does the grammar.
         def recent(i: int) -> list[int]:
             return recent_window(base, d[:i], n_recent)
 
-        if opts.greedy:
-            return accept_greedy(lambda i: greedy_token(logits[i], recent(i), opts), d)
-        return accept_sampled(lambda i: probs(logits[i], recent(i), opts), d, draft.q,
-                              self.rng)
+        masks = StepMasks(self.constraint, d) if self.constraint is not None else None
+
+        def row(i: int) -> np.ndarray:
+            return biased(logits[i], opts, None if masks is None else masks(i))
+
+        try:
+            if opts.greedy:
+                return accept_greedy(lambda i: greedy_token(row(i), recent(i), opts), d)
+            return accept_sampled(lambda i: probs(row(i), recent(i), opts), d, draft.q,
+                                  self.rng)
+        finally:
+            if masks is not None:
+                masks.settle()
 
     def _commit(self, new: list[int]) -> tuple[list[int], str, str | None]:
         """Append tokens until one ends the answer; cut the caches back to match."""
@@ -298,16 +334,22 @@ class _Run:
             if self.stats.generated >= max_tokens:
                 reason = "length"
                 break
+        if self.constraint is not None:
+            self.constraint.advance(kept)
         self.target.truncate(len(self.committed) - 1)
         self.policy.rollback(self.committed)
         return kept, text, reason
 
     def _finish(self, reason: str, text: str = "", kept: Sequence[int] = (),
                 flags: Sequence[bool] = ()) -> Iterator[Event]:
-        text += self.text.flush()
+        # A cut answer never ends in half a character: its bytes are dropped, not shown as
+        # U+FFFD (an answer the model ended keeps what it wrote).
+        text += self.text.flush(complete=reason not in ("length", "context"))
         stats = self._snapshot()
         if kept or text:
-            yield Chunk(text, tuple(kept), tuple(flags), stats)
+            # The end-of-generation token is never shown, so it has no logprob entry either.
+            shown = len(kept) - (reason == "eog")
+            yield Chunk(text, tuple(kept), tuple(flags), stats, tuple(self.logprobs[:shown]))
         yield Finished(reason, self.text.text, tuple(self.committed[self.n_prompt:]), stats)
 
     def _snapshot(self) -> Stats:

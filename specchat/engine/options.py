@@ -44,6 +44,9 @@ class SamplingOptions:
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
     seed: int | None = None  # None (or -1 on the way in): random
+    # Added to the logits before every other warp, target and draft alike: (token id, bias)
+    # pairs, ids unique and ascending (OpenAI's logit_bias; -100 all but bans a token).
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         # NaN fails every comparison below; infinity would pass some (an infinite temperature
@@ -58,6 +61,11 @@ class SamplingOptions:
         _check(self.repeat_last_n >= 0, "repeat_last_n must be >= 0")
         _check(self.seed is None or self.seed >= RANDOM_SEED,
                f"seed must be >= 0, or {RANDOM_SEED} for a random seed")
+        _check(all(int(t) >= 0 and (math.isfinite(b) or b == -math.inf)
+                   for t, b in self.logit_bias), "logit_bias needs token ids >= 0 and "
+               "finite biases (or -inf to ban a token)")
+        bias = {int(t): float(b) for t, b in self.logit_bias}  # the last of a repeated id
+        object.__setattr__(self, "logit_bias", tuple(sorted(bias.items())))
         if self.seed == RANDOM_SEED:
             # llama.cpp's convention, so scripts written for it keep working: -1 is random.
             object.__setattr__(self, "seed", None)
@@ -65,6 +73,27 @@ class SamplingOptions:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+STRUCTURE_KINDS = ("json", "json_schema", "grammar")
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What the answer's text must be. The backend compiles it into an engine Constraint
+    (engine/constraint.py): "json" is any JSON object, "json_schema" one that validates
+    against the schema in `text` (JSON), "grammar" a GBNF or Lark grammar in `text`."""
+
+    kind: str
+    text: str = ""
+    # False: schema keywords the grammar cannot enforce (uniqueItems, not, ...) are ignored
+    # rather than refused; the answer may then break only those.
+    strict: bool = True
+
+    def __post_init__(self) -> None:
+        _check(self.kind in STRUCTURE_KINDS,
+               f"output format must be one of {', '.join(STRUCTURE_KINDS)}")
+        _check(self.kind == "json" or bool(self.text.strip()), f"{self.kind} needs its text")
 
 
 @dataclass(frozen=True)
@@ -80,6 +109,10 @@ class GenerationOptions:
     # matches are mostly noise, and a rejected draft costs most of a step on CPUs
     # (docs/costs.md). `auto` uses at least 3.
     draft_min_match: int = 2
+    structure: Structure | None = None  # a grammar the answer must follow (None: free text)
+    # The target's log-probabilities of each emitted token and of its `logprobs` most likely
+    # alternatives, in every Chunk (None: not computed, which costs nothing).
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         _check(self.max_tokens >= 1, "max_tokens must be >= 1")
@@ -88,6 +121,7 @@ class GenerationOptions:
         _check(0 <= self.draft_max <= 64, "draft_max must be in [0, 64]")
         _check(all(self.stop), "stop strings must not be empty")
         _check(1 <= self.draft_min_match <= 16, "draft_min_match must be in [1, 16]")
+        _check(self.logprobs is None or 0 <= self.logprobs <= 20, "logprobs must be in [0, 20]")
 
     def with_values(self, **values: Any) -> GenerationOptions:
         """A copy with some fields replaced; sampling fields may be given flat."""

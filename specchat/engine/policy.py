@@ -14,7 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
-from specchat.engine.drafters import EMPTY_DRAFT, Draft, Drafter
+from specchat.engine.constraint import Constraint
+from specchat.engine.drafters import EMPTY_DRAFT, GRAMMAR, Draft, Drafter
 from specchat.engine.tree import TreeDraft
 
 
@@ -98,3 +99,40 @@ class Adaptive:
 
     def reset(self, context: Sequence[int]) -> None:
         self.drafter.reset(context)
+
+
+class GuidedPolicy:
+    """A draft policy under a grammar: the grammar's forced tokens are drafted first (they
+    cost nothing to propose), anything else the inner policy proposes is cut at the first
+    forbidden token. The inner policy hears only about the steps it proposed."""
+
+    def __init__(self, inner: DraftPolicy, constraint: Constraint) -> None:
+        self.inner = inner
+        self.constraint = constraint
+        self._asked = False
+
+    def prepare(self, context: Sequence[int]) -> None:
+        self.inner.prepare(context)
+
+    def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
+        forced = tuple(self.constraint.forced(limit))[:limit]
+        self._asked = not forced
+        if forced:
+            return Draft(forced, None, GRAMMAR)
+        draft = self.inner.propose(context, limit, rng)
+        if isinstance(draft, TreeDraft):  # make_policy asks for chains under a grammar
+            raise TypeError("a tree draft reached a grammar: draft chains under a constraint")
+        n = self.constraint.allows(draft.tokens) if draft.tokens else 0
+        return draft if n == len(draft.tokens) else draft.cut(n)
+
+    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
+                verify_seconds: float = 0.0) -> None:
+        if self._asked:
+            self.inner.observe(drafted, accepted, draft_seconds=draft_seconds,
+                               verify_seconds=verify_seconds)
+
+    def rollback(self, context: Sequence[int]) -> None:
+        self.inner.rollback(context)
+
+    def reset(self, context: Sequence[int]) -> None:
+        self.inner.reset(context)

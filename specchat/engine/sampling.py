@@ -7,6 +7,11 @@ The order follows llama.cpp's default sampler chain (repetition penalty, top-k, 
 min-p, then temperature), so a flag set means here what it means in llama.cpp: top-p and
 min-p judge the untempered distribution. Temperature 0 is greedy: the argmax of the
 penalized logits, returned as a one-hot distribution where a distribution is asked for.
+
+Two additive warps come before that chain (`biased`): the request's logit_bias and a
+grammar's mask (-inf on every token the grammar forbids next). Callers apply them to a row
+first, target and draft alike; with neither, `biased` hands back the row itself, so free
+text pays nothing for them.
 """
 
 from __future__ import annotations
@@ -32,6 +37,26 @@ def recent_window(context: Sequence[int], extra: Sequence[int], n: int) -> list[
     if n <= 0:
         return []
     return (list(context[-n:]) + list(extra))[-n:]
+
+
+def biased(logits: np.ndarray, opts: SamplingOptions,
+           allowed: np.ndarray | None = None) -> np.ndarray:
+    """The row with opts.logit_bias added and the tokens `allowed` (a boolean mask over the
+    target's ids, from a Constraint) does not allow set to -inf: a new array; the row itself
+    when there is neither, so the common case costs one test."""
+    if allowed is None and not opts.logit_bias:
+        return logits
+    n = len(logits)
+    if allowed is None:
+        x = np.array(logits, dtype=np.float32)
+    else:
+        # A draft row may be shorter than the target's (engine/padding.py): its ids are a
+        # prefix of the target's, so the mask's prefix is the draft's mask.
+        x = np.where(allowed[:n], logits, np.float32(-np.inf)).astype(np.float32, copy=False)
+    for token, bias in opts.logit_bias:
+        if token < n:
+            x[token] += bias
+    return x
 
 
 def _penalize(seen: np.ndarray, penalty: float) -> np.ndarray:

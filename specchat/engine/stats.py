@@ -12,6 +12,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+# What a remote server may not report about speculation (Stats.unknown).
+SPECULATION = ("steps", "steps_drafted", "steps_empty", "drafted", "accepted")
+# Figures computed from others, with what they need.
+_DERIVED = {"acceptance": ("drafted", "accepted"), "tokens_per_step": ("steps",),
+            "mean_accepted": ("steps_drafted", "accepted"),
+            "prompt_evaluated": ("prompt_tokens",), "prompt_tokens_per_second": ("prompt_tokens",),
+            "speedup_estimate": ("steps",)}
+
 # Fewer in-answer plain steps than this are too noisy to stand for plain decoding's cost
 # (unless every step was plain): the calibrated cost is used instead.
 MIN_PLAIN_STEPS = 4
@@ -67,6 +75,13 @@ class Stats(Rates):
     # Per draft source (engine.drafters: prompt, history, draft-model): (source, steps that
     # drafted from it, tokens drafted, tokens accepted). A tree step counts every node drafted.
     sources: tuple[tuple[str, int, int, int], ...] = ()
+    # Fields nobody measured (a remote server that did not report them): shown as unknown,
+    # and null in to_dict(), never as 0.
+    unknown: tuple[str, ...] = ()
+
+    def known(self, name: str) -> bool:
+        """Whether a field (or a figure derived from fields) was measured."""
+        return not any(n in self.unknown for n in (name, *_DERIVED.get(name, ())))
 
     @property
     def plain_token_seconds(self) -> float | None:
@@ -127,6 +142,9 @@ class Stats(Rates):
                      "plain_token_seconds", "speedup_estimate", "prompt_evaluated",
                      "prompt_tokens_per_second"):
             out[name] = getattr(self, name)
+        for name in out:
+            if name != "unknown" and not self.known(name):
+                out[name] = None
         return out
 
 

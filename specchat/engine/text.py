@@ -36,12 +36,17 @@ class TextStream:
         self._held = pending[len(pending) - hold:] if hold else ""
         return self._release(pending[: len(pending) - hold])
 
-    def flush(self) -> str:
+    def flush(self, complete: bool = True) -> str:
         """The end of the answer: release what was held (a stop string that never
-        completed is ordinary text; a truncated character becomes U+FFFD)."""
+        completed is ordinary text). A character whose last bytes never came becomes U+FFFD,
+        or is dropped when the answer was cut short (`complete` False: max_tokens, a full
+        context), since the model would have finished it."""
         if self.stopped:
             return ""
-        rest = self._held + self._decoder.decode(b"", final=True)
+        tail = b"" if complete else self._decoder.getstate()[0]
+        rest = self._held + self._decoder.decode(b"", final=complete)
+        if tail:
+            self._decoder.reset()
         self._held = ""
         return self._release(rest)
 

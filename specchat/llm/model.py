@@ -374,6 +374,12 @@ class LlamaModel(TreeBatches):
         return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
 
     @property
+    def vocab_handle(self) -> Any:
+        """llama.cpp's vocabulary object (llm/grammar.py builds llguidance's tokenizer on it)."""
+        self._check_open()
+        return self._vocab
+
+    @property
     def is_recurrent(self) -> bool:
         """Recurrent or hybrid: its state cannot drop a tail, so it cannot speculate."""
         hybrid = getattr(llama_cpp, "llama_model_is_hybrid", None)

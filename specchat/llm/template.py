@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -138,15 +138,20 @@ class ChatTemplate:
             name=_model_name(model),
         )
 
-    def render(self, messages: Sequence[Mapping[str, str]],
-               add_generation_prompt: bool = True) -> str:
-        """The prompt text for `messages` ({"role": ..., "content": ...} dicts, in order)."""
+    def render(self, messages: Sequence[Mapping[str, Any]],
+               add_generation_prompt: bool = True,
+               tools: Sequence[Mapping[str, Any]] | None = None) -> str:
+        """The prompt text for `messages` ({"role": ..., "content": ...} dicts, in order,
+        with OpenAI's `tool_calls` and `tool_call_id` where they apply) and `tools` (OpenAI's
+        function definitions, for templates that render them)."""
+        extra = {"tools": [dict(t) for t in tools]} if tools else {}
         try:
             return self._compiled.render(
                 messages=[dict(m) for m in messages],
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_text,
                 eos_token=self.eos_text,
+                **extra,
             )
         except _TemplateRaised as exc:
             # e.g. Gemma's "Conversation roles must alternate user/assistant/...".
@@ -154,42 +159,40 @@ class ChatTemplate:
         except jinja2.TemplateError as exc:  # includes sandbox SecurityError
             raise ModelError(f"the chat template failed: {type(exc).__name__}: {exc}") from None
 
-    def split(self, messages: Sequence[Mapping[str, str]]) -> tuple[list[str], list[str]]:
-        """The rendering as markup pieces around the message contents, in order.
+    def split(self, messages: Sequence[Mapping[str, Any]],
+              tools: Sequence[Mapping[str, Any]] | None = None) -> tuple[list[str], list[str]]:
+        """The rendering as markup pieces around the data it prints, in order.
 
         `"".join(markup[i] + contents[i])` plus the last markup piece is render(messages).
-        Found by rendering once with a unique placeholder per content: what surrounds the
-        placeholders is the template's markup. A template that changes a content (Gemma
-        trims it) gets the changed text, matched against the real rendering.
+        Data is every text a request brings: message contents, tool-call names and
+        arguments, ids, and the text of tool definitions (descriptions, parameter names);
+        only roles and `type` values, which templates branch on, count as markup. Found by
+        rendering once with a unique placeholder for each distinct text: what surrounds the
+        placeholders is the template's markup. A template that changes a text (Gemma trims
+        contents, `tojson` escapes quotes) gets the changed text, matched against the real
+        rendering.
         """
         nonce = secrets.token_hex(8)
-        marks = [f"\ue000specchat-{nonce}-{i}\ue001" for i in range(len(messages))]
-        shaped = [{**m, "content": mark} for m, mark in zip(messages, marks, strict=True)]
-        text = self.render(shaped)
-        # One pass over the rendering (time linear in its length, whatever the number of
-        # messages): where each placeholder is, and how often it occurs.
-        found: dict[int, list[tuple[int, int]]] = {}
-        for match in re.finditer(rf"\ue000specchat-{nonce}-(\d+)\ue001", text):
-            found.setdefault(int(match[1]), []).append(match.span())
-        pieces: list[str] = []
-        used: list[int] = []
-        start = 0
-        for i in range(len(messages)):
-            spans = found.get(i, [])
-            # Left out (or printed twice) by the template, or out of order: not a content.
-            if len(spans) != 1 or spans[0][0] < start:
-                continue
-            pieces.append(text[start:spans[0][0]])
-            used.append(i)
-            start = spans[0][1]
-        pieces.append(text[start:])
-        real = self.render(messages)
-        contents = _shaped_contents(pieces, [messages[i]["content"] for i in used], real)
+        marks: dict[str, str] = {}
+
+        def mark(text: str) -> str:
+            return marks.setdefault(text, f"\ue000specchat-{nonce}-{len(marks)}\ue001")
+
+        shaped = [_protect(m, mark) for m in messages]
+        text = self.render(shaped, tools=[_protect(t, mark) for t in tools or ()])
+        pattern = re.compile(f"\ue000specchat-{nonce}-\\d+\ue001")
+        originals = {v: k for k, v in marks.items()}
+        # One pass each over the rendering: linear in its length, whatever the number of
+        # messages or how a template repeats or reorders them.
+        pieces = pattern.split(text)
+        found = [originals[m] for m in pattern.findall(text)]
+        contents = _shaped_contents(pieces, found, self.render(messages, tools=tools))
         return pieces, contents
 
 
 def chat_tokens(model: TemplateModel, template: ChatTemplate,
-                messages: Sequence[Mapping[str, str]]) -> list[int]:
+                messages: Sequence[Mapping[str, Any]],
+                tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
     """Render and tokenize a conversation, ready to evaluate.
 
     Only the template's own markup (<|im_start|>, <start_of_turn>) becomes special tokens:
@@ -198,7 +201,7 @@ def chat_tokens(model: TemplateModel, template: ChatTemplate,
     when the model wants one and the template did not already print it: many templates start
     with {{ bos_token }}, and a doubled BOS degrades answers.
     """
-    markup, contents = template.split(messages)
+    markup, contents = template.split(messages, tools)
     # One check of all contents at once (each llama.cpp call costs ~0.2 ms, and a request may
     # hold thousands of messages): a special token inside any content is inside the joined
     # text too; one spanning a separator only sends us down the slower, equally exact path.
@@ -235,7 +238,9 @@ def _shaped_contents(pieces: list[str], contents: list[str], real: str) -> list[
             return contents
         at += len(piece)
         nxt = pieces[len(shaped) + 1]
-        for candidate in (content, content.strip(), content.rstrip(), content.lstrip()):
+        escaped = json.dumps(content, ensure_ascii=False)[1:-1]  # as `tojson` prints it
+        for candidate in (content, content.strip(), content.rstrip(), content.lstrip(),
+                          escaped):
             if real.startswith(candidate, at) and real.startswith(nxt, at + len(candidate)):
                 shaped.append(candidate)
                 at += len(candidate)
@@ -243,6 +248,28 @@ def _shaped_contents(pieces: list[str], contents: list[str], real: str) -> list[
         else:
             return contents
     return shaped if real[at:] == pieces[-1] else contents
+
+
+# Keys whose text values templates compare against (roles, "function", a JSON schema's
+# "object"): markup, not data.
+_MARKUP_KEYS = frozenset({"role", "type"})
+
+
+def _protect(value: Any, mark: Callable[[str], str], key: str | None = None,
+             data: bool = False) -> Any:
+    """`value` with every data text replaced by mark(text): strings (but those under
+    _MARKUP_KEYS), and the keys of tool-call arguments and of a schema's `properties`,
+    which are names a request chose. Below `arguments` everything is data."""
+    if isinstance(value, str):
+        return mark(value) if value and (data or key not in _MARKUP_KEYS) else value
+    if isinstance(value, Mapping):
+        names = data or key in ("properties", "arguments")
+        inner = data or key == "arguments"
+        return {(mark(k) if names and isinstance(k, str) and k else k):
+                _protect(v, mark, k, inner) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_protect(v, mark, key, data) for v in value]
+    return value
 
 
 def _model_name(model: TemplateModel) -> str:

@@ -19,6 +19,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from specchat.engine.events import Chunk, Finished
+from specchat.llm.tools import ToolSet
 from specchat.serve import errors
 from specchat.serve.errors import APIError
 from specchat.serve.guard import Guard, Policy
@@ -27,6 +28,7 @@ from specchat.serve.params import (
     completion_text,
     parse_body,
     request_options,
+    request_tools,
 )
 from specchat.serve.schemas import (
     ChatRequest,
@@ -93,7 +95,10 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
             body["error"] = worker.error
         return JSONResponse(body, status_code=200 if ready else 503)
 
+    # Each route also without /v1, as llama-server serves them: clients given a base URL
+    # without /v1 call those.
     @app.get("/v1/models", dependencies=guarded)
+    @app.get("/models", dependencies=guarded, include_in_schema=False)
     async def models() -> ModelList:
         meta: dict[str, Any] = {"spec": config.defaults.get("spec")}
         if worker.runtime is not None:
@@ -102,6 +107,7 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
         return ModelList(data=[ModelCard(id=config.model, created=config.created, meta=meta)])
 
     @app.post("/v1/chat/completions", dependencies=guarded)
+    @app.post("/chat/completions", dependencies=guarded, include_in_schema=False)
     async def chat(request: Request) -> Response:
         body = await parse_body(request, ChatRequest)
         _check_model(config, body.model)
@@ -110,9 +116,11 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
                            f"takes at most {config.max_messages} (--max-messages): send fewer",
                            param="messages", code="too_many_messages")
         messages = chat_messages(body, config.system)
-        return await _answer(worker, config, body, messages, request, chat=True)
+        return await _answer(worker, config, body, messages, request, chat=True,
+                             tools=request_tools(body))
 
     @app.post("/v1/completions", dependencies=guarded)
+    @app.post("/completions", dependencies=guarded, include_in_schema=False)
     async def completions(request: Request) -> Response:
         body = await parse_body(request, CompletionRequest)
         _check_model(config, body.model)
@@ -121,17 +129,18 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
     return app
 
 
-def _check_model(config: ServeConfig, name: str) -> None:
-    if not config.accepts(name):
+def _check_model(config: ServeConfig, name: str | None) -> None:
+    if name is not None and not config.accepts(name):
         raise APIError(404, f"model {name!r} is not served here: this server serves "
                        f"{config.model!r} (GET /v1/models lists it); send model="
                        f"{config.model!r}", param="model", code="model_not_found")
 
 
 async def _answer(worker: Worker, config: ServeConfig, body: GenerationFields,
-                  prompt: Any, request: Request, *, chat: bool) -> Response:
+                  prompt: Any, request: Request, *, chat: bool,
+                  tools: ToolSet | None = None) -> Response:
     options = request_options(body, config.defaults)
-    job = Job(prompt, options, asyncio.get_running_loop())
+    job = Job(prompt, options, asyncio.get_running_loop(), tools=tools)
     worker.submit(job)
     # Until a response starts, a task listens for the client leaving: the events of a long
     # answer arrive without pause, so polling between them would never see it.
@@ -144,7 +153,10 @@ async def _answer(worker: Worker, config: ServeConfig, body: GenerationFields,
         first = await job.next(gone)
         if isinstance(first, APIError):
             raise first
-        answer = Answer(body.model, chat)
+        runtime = worker.runtime
+        answer = Answer(body.model or config.model, chat, tools,
+                        logprobs=options.logprobs is not None,
+                        token_bytes=runtime.token_bytes if runtime is not None else None)
         if body.stream:  # from here the streaming response watches the connection itself
             include = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(_stream(job, first, answer, include, request),
@@ -154,9 +166,11 @@ async def _answer(worker: Worker, config: ServeConfig, body: GenerationFields,
         while not isinstance(item, Done):
             if isinstance(item, APIError):
                 raise item
+            if isinstance(item, Chunk):
+                answer.saw(item)
             if isinstance(item, Finished):
                 _note(request, item)
-                return JSONResponse(answer.whole(item).model_dump())
+                return JSONResponse(answer.whole(item))
             item = await job.next(gone)
     except ConnectionResetError:
         return _gone(request)
@@ -189,8 +203,9 @@ async def _stream(job: Job, item: Any, answer: Answer, include_usage: bool,
                 ended = True
                 yield error_event(item)
                 return  # no [DONE]: the client must see the answer is incomplete
-            if isinstance(item, Chunk) and item.text:
-                yield answer.text(item.text, item.stats)
+            if isinstance(item, Chunk):
+                for line in answer.step(item):
+                    yield line
             elif isinstance(item, Finished):
                 _note(request, item)
                 for line in answer.finish(item, include_usage):

@@ -1,7 +1,9 @@
 """Request and response bodies of the OpenAI API subset specchat serves, as typed models.
 
-Unknown request fields are ignored, as OpenAI clients expect. A few llama-server-style
-extension fields are honoured (`repeat_penalty`, `repeat_last_n`, `spec`, `draft_max`).
+Unknown request fields are ignored, as OpenAI clients expect, except those that would change
+the answer and are not supported: those are a 400 naming them (params.py). A few
+llama-server-style extension fields are honoured (`repeat_penalty`, `repeat_last_n`,
+`json_schema`, `grammar`, `spec`, `draft_max`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specchat.engine.stats import Stats
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "tool_calls"]
 # The engine's reasons, in OpenAI's words: a full context cuts the answer like max_tokens.
 FINISH: dict[str, FinishReason] = {"eog": "stop", "stop": "stop", "length": "length",
                                    "context": "length"}
@@ -34,12 +36,15 @@ class TextPart(_Lenient):
 class ChatMessage(_Lenient):
     role: str
     content: str | list[TextPart] | None = None
+    tool_calls: list[Any] | None = None  # an assistant's calls (checked in structured.py)
+    tool_call_id: str | None = None  # a tool result: which call it answers
+    name: str | None = None
 
 
 class GenerationFields(_Lenient):
     """What chat and text completions share."""
 
-    model: str
+    model: str | None = None  # this server serves one model: leaving it out means that one
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -49,6 +54,8 @@ class GenerationFields(_Lenient):
     stop: str | list[str] | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    logit_bias: Any = None  # {"token id": bias}; checked in structured.py
+    response_format: Any = None  # checked in structured.py, for a 400 that says what is wrong
     n: int | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
@@ -57,15 +64,30 @@ class GenerationFields(_Lenient):
     repeat_last_n: int | None = None
     spec: str | None = None
     draft_max: int | None = None
+    json_schema: Any = None
+    grammar: Any = None
 
 
 class ChatRequest(GenerationFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: Any = None  # checked in structured.py
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    # Refused by name (params.py): the old function-calling fields and audio output.
+    functions: Any = None
+    function_call: Any = None
+    audio: Any = None
 
 
 class CompletionRequest(GenerationFields):
-    prompt: str | list[str]
+    prompt: str | list[str] | list[int] | list[list[int]]
+    logprobs: int | None = None  # the legacy API: how many alternatives per token
+    echo: bool | None = None
+    suffix: str | None = None
+    best_of: int | None = None
 
 
 class SpeculativeUsage(BaseModel):
@@ -121,16 +143,32 @@ class Usage(BaseModel):
                    speculative=SpeculativeUsage.of(stats))
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str  # JSON text
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ToolCallDelta(ToolCallOut):
+    index: int
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
     finish_reason: FinishReason
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = None
 
 
 class ChatCompletion(BaseModel):
@@ -145,13 +183,14 @@ class ChatCompletion(BaseModel):
 class Delta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChunkChoice(BaseModel):
     index: int = 0
     delta: Delta
     finish_reason: FinishReason | None = None
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = None
 
 
 class ChatCompletionChunk(BaseModel):
@@ -167,7 +206,7 @@ class TextChoice(BaseModel):
     index: int = 0
     text: str
     finish_reason: FinishReason | None = None
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = None
 
 
 class Completion(BaseModel):

@@ -18,12 +18,13 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from specchat.backend.base import Backend, Message
 from specchat.engine.events import Event
 from specchat.engine.options import GenerationOptions
 from specchat.errors import PromptTooLong, SpecchatError
+from specchat.llm.tools import ToolSet
 from specchat.serve.errors import APIError
 
 LOADING, READY, FAILED, STOPPED = "loading", "ready", "failed", "stopped"
@@ -37,11 +38,12 @@ class Done:
 class Job:
     """One request: what to answer, and where the events go (an asyncio queue)."""
 
-    prompt: list[Message] | str  # chat messages, or raw completion text
+    prompt: list[Message] | str | list[int]  # chat messages, or a raw completion prompt
     options: GenerationOptions
     loop: asyncio.AbstractEventLoop
     out: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    tools: ToolSet | None = None  # functions a chat answer may call
 
     def push(self, item: Any) -> None:
         try:
@@ -172,11 +174,12 @@ class Worker:
     def _events(self, job: Job) -> Generator[Event, None, None]:
         backend = self.runtime
         assert backend is not None
+        prompt = job.prompt
         try:
-            if isinstance(job.prompt, str):
-                events = backend.complete(job.prompt, job.options)
+            if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+                events = backend.answer(prompt, job.options, tools=job.tools)
             else:
-                events = backend.answer(job.prompt, job.options)
+                events = backend.complete(cast(str | list[int], prompt), job.options)
         except PromptTooLong as exc:
             param = "prompt" if isinstance(job.prompt, str) else "messages"
             size = f"at least {exc.tokens}" if exc.at_least else str(exc.tokens)
@@ -185,7 +188,9 @@ class Worker:
                            "the messages, or restart the server with a larger --ctx",
                            param=param, code="context_length_exceeded") from None
         except SpecchatError as exc:
-            raise APIError(400, str(exc).replace("--spec", "spec"), param="spec") from None
+            # A grammar (response_format, tools), a token id or the mode the model cannot do.
+            raise APIError(400, str(exc).replace("--spec", "spec"),
+                           param=getattr(exc, "param", "spec")) from None
         try:
             yield from events
         finally:

@@ -26,6 +26,7 @@ from specchat.engine.options import (
     SamplingOptions,
 )
 from specchat.errors import UsageError
+from specchat.settings.structure import FORMATS, structure_of
 
 Parser = Callable[[str], Any]
 Checker = Callable[[Any], str | None]  # None when fine, else what is allowed
@@ -311,6 +312,11 @@ OPTIONS: tuple[Option, ...] = (
            check=_generation_check("stop"), live=True),
     Option("system", str, None, "System prompt.", GENERATION, short="-s", optional=True,
            live=True),
+    Option("format", str, "text", "Answer format: text, or json (the answer is one JSON "
+           "object, enforced by a grammar).", GENERATION, choices=FORMATS, live=True),
+    Option("schema", str, None, "A JSON schema the answer must match (a file, or the schema "
+           "itself as JSON); implies --format json.", GENERATION, optional=True, live=True,
+           metavar="FILE|JSON"),
     # --- the terminal chat ----------------------------------------------------------------------
     Option("plain", bool, False, "No Markdown rendering of answers.", CHAT, live=True),
     Option("show_draft", bool, False, "Colour the tokens that came from the draft.", CHAT,
@@ -397,7 +403,8 @@ def generation_options(values: Mapping[str, Any]) -> GenerationOptions:
             repeat_last_n=get("repeat_last_n"), seed=get("seed"))
         return GenerationOptions(sampling=sampling, max_tokens=get("max_tokens"),
                                  stop=tuple(get("stop") or ()), spec=get("spec"),
-                                 draft_max=get("draft_max"))
+                                 draft_max=get("draft_max"),
+                                 structure=structure_of(get("format"), get("schema")))
     except OptionError as exc:
         raise UsageError(f"invalid option: {exc}") from None
 

@@ -15,7 +15,8 @@ def summary_line(stats: Stats, reason: str | None = None) -> str:
     if stats.drafted:
         acc = stats.acceptance or 0.0
         parts.append(f"accepted {stats.accepted}/{stats.drafted} ({acc:.0%})")
-    parts.append(f"{stats.tokens_per_step:.2f} tok/step")
+    parts.append(f"{stats.tokens_per_step:.2f} tok/step" if stats.known("tokens_per_step")
+                 else "tok/step unknown")
     parts.append(prompt_part(stats))
     if reason:
         parts.append(f"finish {reason}")
@@ -26,7 +27,8 @@ def prompt_part(stats: Stats) -> str:
     """'prompt 3092 tok (3040 cached) in 0.61s · first token 0.72s', with the prompt speed
     when enough was evaluated for it to mean something."""
     cached = f" ({stats.prompt_cached} cached)" if stats.prompt_cached else ""
-    text = f"prompt {stats.prompt_tokens} tok{cached} in {stats.prompt_seconds:.2f}s"
+    count = f"{stats.prompt_tokens} tok" if stats.known("prompt_tokens") else "unknown tok"
+    text = f"prompt {count}{cached} in {stats.prompt_seconds:.2f}s"
     rate = stats.prompt_tokens_per_second
     if rate is not None and stats.prompt_evaluated >= PROMPT_RATE_MIN_TOKENS:
         text += f" ({rate:.0f} tok/s)"

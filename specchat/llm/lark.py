@@ -1,0 +1,69 @@
+"""Grammar texts in llguidance's Lark dialect (llm/grammar.py compiles them): JSON, a JSON
+schema, llama.cpp's GBNF converted, or Lark as given. Pure: importing it loads neither
+llguidance nor llama.cpp (the GBNF converter loads when a GBNF grammar comes).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from specchat.engine.options import Structure
+from specchat.errors import UsageError
+
+# Whitespace a JSON answer may put between its tokens: what a model writes when it pretty-
+# prints (a newline and some indentation), bounded so that a small model cannot pad an answer
+# with whitespace forever.
+JSON_WHITESPACE = r"[ \t\n]{0,20}"
+JSON_OPTIONS: dict[str, Any] = {"whitespace_pattern": JSON_WHITESPACE}
+
+
+class GrammarError(UsageError):
+    """A schema or grammar that cannot be compiled; the message says what is wrong."""
+
+
+def json_lark(schema: object, *, strict: bool = True) -> str:
+    """A Lark rule body for JSON matching `schema` (True, or {}: any JSON value).
+
+    strict False: keywords llguidance cannot enforce (uniqueItems, not, ...) are ignored
+    instead of refused (llguidance's lenient mode); the answer may then break only those.
+    """
+    if schema is True:
+        schema = {}
+    if not isinstance(schema, dict):
+        raise GrammarError("a JSON schema must be a JSON object (or true)")
+    options = dict(JSON_OPTIONS, lenient=not strict)
+    return "%json " + json.dumps({**schema, "x-guidance": options}, ensure_ascii=False)
+
+
+def structure_lark(structure: Structure, *, strict: bool = True) -> str:
+    """The whole Lark grammar for a Structure."""
+    if structure.kind == "json":
+        return "start: " + json_lark({"type": "object"})
+    if structure.kind == "json_schema":
+        return "start: " + json_lark(parse_schema(structure.text), strict=strict)
+    text = structure.text
+    if "::=" in text:  # llama.cpp's GBNF
+        from llguidance.gbnf_to_lark import any_to_lark  # only for GBNF
+
+        try:
+            return str(any_to_lark(text))
+        except Exception as exc:  # noqa: BLE001 - the converter raises plain exceptions
+            raise GrammarError(f"the GBNF grammar does not convert: {one_line(exc)}") from None
+    return text
+
+
+def parse_schema(text: str) -> object:
+    """A JSON schema from its text; GrammarError naming the problem."""
+    try:
+        schema = json.loads(text)
+    except ValueError as exc:
+        raise GrammarError(f"the JSON schema is not valid JSON ({exc})") from None
+    if not isinstance(schema, (dict, bool)):
+        raise GrammarError("a JSON schema must be a JSON object (or true)")
+    return schema
+
+
+def one_line(exc: object) -> str:
+    return re.sub(r"\s+", " ", str(exc)).strip()
