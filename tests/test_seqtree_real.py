@@ -16,6 +16,7 @@ from specchat.engine.options import GenerationOptions
 from specchat.engine.protocol import TreeModel
 from specchat.engine.suffix import Segment, SuffixIndex
 from specchat.llm.model import LlamaModel, load_model
+from specchat.llm.seqtree import TREE_SEQUENCES
 
 pytestmark = pytest.mark.real
 
@@ -27,13 +28,14 @@ PATHS = {0: [], 1: [1], 2: [2], 3: [1, 3], 4: [1, 4], 5: [2, 5]}
 @pytest.fixture(scope="module", params=["smollm2-135m", "gemma3-270m"])
 def model(request: pytest.FixtureRequest,
           real_model_path: Callable[[str], Path]) -> Iterator[LlamaModel]:
-    with load_model(real_model_path(request.param), n_ctx=256, n_threads=2) as m:
+    with load_model(real_model_path(request.param), n_ctx=256, n_threads=2,
+                    tree_sequences=TREE_SEQUENCES) as m:
         yield m
 
 
 @pytest.fixture(scope="module")
 def reference(model: LlamaModel) -> Iterator[LlamaModel]:
-    with load_model(model.path, n_ctx=256, n_threads=2) as m:
+    with load_model(model.path, n_ctx=256, n_threads=2, tree_sequences=TREE_SEQUENCES) as m:
         yield m
 
 
@@ -137,3 +139,14 @@ def test_greedy_answers_with_tree_drafts_from_a_store_equal_plain_ones(
     assert isinstance(fin, Finished) and list(fin.tokens) == answer
     assert fin.stats.to_dict()["sources"]["history"]["accepted"] > 0
     assert consistent(model)
+
+
+def test_a_context_on_the_cpu_holds_one_sequence_unless_asked(
+        real_model_path: Callable[[str], Path]) -> None:
+    """Trees never paid on a CPU, and 8 sequences in one cache slowed every plain step there:
+    a CPU context gets one (auto then drafts chains), a GPU one or an explicit request more."""
+    with load_model(real_model_path("smollm2-135m"), n_ctx=256, n_gpu_layers=0) as m:
+        assert m.max_branches == 1
+    with load_model(real_model_path("smollm2-135m"), n_ctx=256, n_gpu_layers=0,
+                    tree_sequences=TREE_SEQUENCES) as m:
+        assert m.max_branches == TREE_SEQUENCES

@@ -46,12 +46,14 @@ SCAN_FROM = 32
 
 def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None = None,
                n_threads: int | None = None, n_batch: int = 512,
-               flash_attn: bool | None = None, verbose: bool = False) -> LlamaModel:
+               flash_attn: bool | None = None, verbose: bool = False,
+               tree_sequences: int | None = None) -> LlamaModel:
     """Load a GGUF file with a fresh, empty KV cache of n_ctx positions.
 
     n_gpu_layers None offloads every layer when the build can, else none. n_ctx 0 means the
     model's trained context; more than that is a UsageError naming the limit. flash_attn None
-    leaves it to llama.cpp ("auto").
+    leaves it to llama.cpp ("auto"). tree_sequences: how many candidate branches one verify
+    may hold (None: TREE_SEQUENCES where layers run on a GPU, else 1, see seqtree.py).
     Raises ModelError (one line) for a missing file, a non-GGUF file or a failed load.
     """
     path = Path(path)
@@ -66,11 +68,15 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
         # llama.cpp cuts a batch to the context it was asked for (and asserts, killing the
         # process, on a longer one): so batches follow the context, whatever it rounds to.
         n_batch = max(1, min(n_batch, n_ctx))
-        ctx = _new_context(model, n_ctx, n_batch, n_threads or default_threads(), flash_attn)
+        if tree_sequences is None:
+            tree_sequences = TREE_SEQUENCES if n_gpu_layers != 0 else 1
+        sequences = sequences_for(n_batch, tree_sequences)
+        ctx = _new_context(model, n_ctx, n_batch, n_threads or default_threads(), flash_attn,
+                           sequences)
     except BaseException:
         llama_cpp.llama_model_free(model)
         raise
-    loaded = LlamaModel(path, model, ctx, n_batch, gpu_layers=n_gpu_layers)
+    loaded = LlamaModel(path, model, ctx, n_batch, gpu_layers=n_gpu_layers, sequences=sequences)
     loaded.flash_attn = flash_attn
     return loaded
 
@@ -85,7 +91,7 @@ def _checked_ctx(n_ctx: int, trained: int, path: Path) -> int:
 
 
 def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
-                 flash_attn: bool | None = None) -> Any:
+                 flash_attn: bool | None = None, sequences: int = 1) -> Any:
     params = llama_cpp.llama_context_default_params()
     if flash_attn is not None:
         params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
@@ -95,7 +101,7 @@ def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
     # Trees of candidates use a sequence per leaf (seqtree.py); one unified cache serves them
     # all, so n_ctx is not split between sequences and shared cells are stored once.
     # llama.cpp reserves an output row per sequence: never more sequences than batch rows.
-    params.n_seq_max = sequences_for(n_batch)
+    params.n_seq_max = sequences
     params.kv_unified = True
     params.n_threads = params.n_threads_batch = n_threads
     params.no_perf = True
@@ -121,8 +127,9 @@ class LlamaModel(TreeBatches):
     """
 
     def __init__(self, path: Path, model: Any, ctx: Any, n_batch: int, *,
-                 gpu_layers: int = 0) -> None:
+                 gpu_layers: int = 0, sequences: int = 1) -> None:
         self.path = path
+        self._sequences = sequences  # the context's n_seq_max: branches one verify may hold
         self._gpu_layers = gpu_layers
         self._model, self._ctx = model, ctx
         self._vocab = llama_cpp.llama_model_get_vocab(model)

@@ -25,7 +25,11 @@ from specchat.llm.batch import tree_layout
 from specchat.llm.cbuf import log_reason
 from specchat.llm.lib import LOG
 
-# Sequences of one context: at most this many leaves per tree.
+# Sequences of one context: at most this many leaves per tree. Only contexts on a GPU get them
+# by default: on a CPU a second branch never paid in the priced replays (docs/drafting.md),
+# while a unified cache of 8 sequences made every plain step about 7% slower there
+# (`specchat bench --categories writing,qa`: off vs llama-cpp-python 0.91x with 8, 0.98x
+# with 1).
 TREE_SEQUENCES = 8
 
 
@@ -50,6 +54,7 @@ class TreeBatches:
     _n_vocab: int
     _n_ctx: int
     _n_batch: int
+    _sequences: int
     _token_in: np.ndarray
     _pos_in: np.ndarray
     _want_out: np.ndarray
@@ -60,7 +65,7 @@ class TreeBatches:
 
     @property
     def max_branches(self) -> int:
-        return sequences_for(self._n_batch)
+        return self._sequences
 
     def eval_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
         """One batch of a tree: row 0 appended after `tokens`, every other row one position
@@ -145,10 +150,10 @@ class TreeBatches:
         del self._tokens[cut:]
 
 
-def sequences_for(n_batch: int) -> int:
+def sequences_for(n_batch: int, wanted: int = TREE_SEQUENCES) -> int:
     """Sequences a context with batches of n_batch rows gets (llama.cpp reserves an output
     row per sequence)."""
-    return max(1, min(TREE_SEQUENCES, n_batch))
+    return max(1, min(wanted, n_batch))
 
 
 def sequence_zero(batch: Any, n: int) -> None:
