@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -85,11 +84,10 @@ def test_an_event_of_the_wrong_shape_is_one_line(tmp_path: Path) -> None:
 
 def test_a_silent_server_times_out(tmp_path: Path) -> None:
     with serve(FakeEndpoint("silent")) as ep:
-        start = time.monotonic()
+        # The process is killed after 60 s, so this message can only come from the 2 s
+        # timeout the option set (the old default waited ten minutes): no clock is read here.
         done = ask(ep.url, "--timeout", "2", home=tmp_path, timeout=60)
-        took = time.monotonic() - start
     assert "did not answer in time" in one_error(done)
-    assert took < 50  # not the ten minutes of the old default
 
 
 def test_the_timeout_is_an_option_of_the_schema(tmp_path: Path) -> None:
