@@ -5,13 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from specchat.engine import suffix
 from specchat.engine.suffix import (
+    COPY_WINDOW,
     MAX_MATCH,
     SEP,
     ContextIndex,
     Segment,
     SuffixIndex,
     continuation_tree,
+    key_of,
+    kgram_keys,
 )
 
 
@@ -149,13 +153,13 @@ def test_a_lookup_reads_as_many_tokens_in_a_huge_store_as_in_a_small_one(
     from specchat.engine import suffix
 
     read: list[int] = []
-    real = suffix._window
+    real = suffix._gather
 
     def counting(tokens: np.ndarray, idx: np.ndarray) -> np.ndarray:
         read.append(idx.size)
         return real(tokens, idx)
 
-    monkeypatch.setattr(suffix, "_window", counting)
+    monkeypatch.setattr(suffix, "_gather", counting)
     rng = np.random.default_rng(0)
 
     def touched(records: int) -> int:
@@ -166,3 +170,56 @@ def test_a_lookup_reads_as_many_tokens_in_a_huge_store_as_in_a_small_one(
         return sum(read)
 
     assert touched(50) == touched(5000) == 24 * (MAX_MATCH + 16)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_trie_of_one_row_is_what_the_general_construction_gives(seed: int) -> None:
+    """One occurrence (half of all lookups) takes a shortcut; it must build the same trie
+    as the general code does for that row (here beside a row that opens no node)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        depth = int(rng.integers(1, 9))
+        row = rng.integers(0, 4, depth)
+        row[int(rng.integers(0, depth + 1)):] = -1
+        weight, mark = float(rng.random()), bool(rng.integers(0, 2))
+        alone = continuation_tree(row[None, :], np.array([weight]), [np.array([mark])])
+        general = continuation_tree(np.vstack([row, np.full(depth, -1)]),
+                                    np.array([weight, 0.0]), [np.array([mark, False])])
+        for name in ("tokens", "parent", "depth", "weight", "count"):
+            assert np.array_equal(getattr(alone, name), getattr(general, name)), name
+        assert np.array_equal(alone.marked[0], general.marked[0])
+        assert np.array_equal(alone.paths[0], general.paths[0])
+        assert alone.total == general.total
+
+
+def test_a_key_hashed_in_plain_integers_is_the_index_key() -> None:
+    rng = np.random.default_rng(5)
+    for high in (200_000, 2**32 - 1):
+        for pair in rng.integers(0, high, (500, 2)).tolist():
+            assert key_of(pair) == int(kgram_keys(np.array(pair, dtype=np.uint64))[0])
+
+
+def naive_copied(tokens: list[int], pos: int, ahead: list[int]) -> bool:
+    if len(ahead) < 2 or ahead[1] < 0:
+        return False
+    for j in range(pos - 1, max(pos - COPY_WINDOW, 0) - 1, -1):
+        if tokens[j] == SEP:
+            return False
+        if j + 1 < pos and tokens[j] == ahead[0] and tokens[j + 1] == ahead[1]:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_copied_finds_the_pair_only_inside_its_own_record(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        n = int(rng.integers(5, 1400))
+        tokens = rng.integers(0, 6, n).astype(np.uint32)
+        tokens[rng.random(n) < 0.004] = SEP
+        pos = rng.integers(0, n, int(rng.integers(1, 6))).astype(np.int64)
+        ahead = rng.integers(-1, 6, (len(pos), 2)).astype(np.int64)
+        got = suffix._copied(tokens, pos, ahead)
+        want = [naive_copied([int(t) for t in tokens], int(p), a)
+                for p, a in zip(pos, ahead.tolist(), strict=True)]
+        assert got.tolist() == want

@@ -77,6 +77,12 @@ class CostTable:
     def cost(self, n: int) -> float:
         return self.scale * self.ratio(n)
 
+    def costs(self, n: int) -> list[float]:
+        """cost(1) .. cost(n) in one call (a plan prices every batch size it considers)."""
+        shape, scale = self.shape, self.scale
+        head = [scale * r for r in shape[:n]]
+        return head + [self.cost(i) for i in range(len(head) + 1, n + 1)]
+
     def observe(self, n: int, seconds: float) -> None:
         if not self.learn or n < 1 or seconds <= 0 or not math.isfinite(seconds):
             return
@@ -155,11 +161,15 @@ class AcceptanceModel:
         return (self.hits[i - 1] + self.strength * prior) / (self.trials[i - 1] + self.strength)
 
     def expected_tokens(self, k: int, optimism: float = 0.0) -> float:
-        total, alive = 1.0, 1.0
-        for pos in range(1, k + 1):
+        return self.expected_curve(k, optimism)[k]
+
+    def expected_curve(self, k_max: int, optimism: float = 0.0) -> list[float]:
+        """E(k) for every k = 0..k_max in one pass (auto weighs every k each step)."""
+        curve, alive = [1.0], 1.0
+        for pos in range(1, k_max + 1):
             alive *= self.rate(pos, optimism)
-            total += alive
-        return total
+            curve.append(curve[-1] + alive)
+        return curve
 
     def fade(self, factor: float) -> None:
         for i in range(MAX_N):
@@ -208,10 +218,10 @@ def choose(
     plain = 1.0 / (costs.cost(1) + overhead)
     best = Choice(None, 0, 1.0)
     for cand in candidates:
-        model = models(cand.key)
+        expected = models(cand.key).expected_curve(cand.max_k, optimism)
         for k in range(1, cand.max_k + 1):
             seconds = costs.cost(k + 1) + cand.draft_seconds(k) + overhead
-            gain = model.expected_tokens(k, optimism) / seconds / plain
+            gain = expected[k] / seconds / plain
             if gain > best.expected_speedup:
                 best = Choice(cand.drafter, k, gain)
     if best.drafter is not None and best.expected_speedup < 1.0 + margin:

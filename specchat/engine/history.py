@@ -262,16 +262,19 @@ def _best_subtree(tree: CandidateTree, reach: np.ndarray, costs: CostTable,
     """Nodes in order of reach, within `limit` depth and `branches` leaves, for as long as
     expected tokens per second keep the best value seen; None when a plain step is best."""
     order = np.lexsort((tree.depth, -reach))[: MAX_NODES + 16]
-    order = order[reach[order] >= MIN_REACH]
-    plain = 1.0 / (costs.cost(1) + overhead)
+    order = order[reach[order] >= MIN_REACH].tolist()
+    # Plain lists: the loop reads one node at a time, and numpy scalars cost more than it.
+    parent, depth, p = tree.parent.tolist(), tree.depth.tolist(), reach.tolist()
+    price = costs.costs(min(len(order), MAX_NODES) + 1)
+    plain = 1.0 / (price[0] + overhead)
     taken: list[int] = []
     chosen: set[int] = set()
     has_kids: set[int] = set()  # -1 once a child of the root is taken
     leaves = 0
     tokens, best, best_n = 1.0, 1.0, 0
-    for i in (int(x) for x in order):
-        par = int(tree.parent[i])
-        if tree.depth[i] > limit or (par >= 0 and par not in chosen):
+    for i in order:
+        par = parent[i]
+        if depth[i] > limit or (par >= 0 and par not in chosen):
             continue
         sibling = par in has_kids  # a new branch: one more leaf (else it extends a leaf)
         if sibling and leaves >= branches:
@@ -280,8 +283,8 @@ def _best_subtree(tree: CandidateTree, reach: np.ndarray, costs: CostTable,
         has_kids.add(par)
         taken.append(i)
         chosen.add(i)
-        tokens += float(reach[i])
-        gain = tokens / (costs.cost(len(taken) + 1) + overhead) / plain
+        tokens += p[i]
+        gain = tokens / (price[len(taken)] + overhead) / plain
         if gain > best:
             best, best_n = gain, len(taken)
         if len(taken) >= MAX_NODES:
@@ -289,28 +292,29 @@ def _best_subtree(tree: CandidateTree, reach: np.ndarray, costs: CostTable,
     if best_n == 0:
         return None
     return Plan(_as_draft(tree, taken[:best_n], reach), best,
-                int(max(tree.depth[i] for i in taken[:best_n])))
+                max(depth[i] for i in taken[:best_n]))
 
 
 def _as_draft(tree: CandidateTree, nodes: list[int], reach: np.ndarray) -> Draft | TreeDraft:
     """The chosen nodes depth first, most likely child first (so that when the likeliest
     branch wins, the cache ends up laid out exactly as after a chain: llm/seqtree.py)."""
     kept = set(nodes)
+    parent_of, token_of, p = tree.parent.tolist(), tree.tokens.tolist(), reach.tolist()
     kids: dict[int, list[int]] = {}
     for i in nodes:
-        kids.setdefault(int(tree.parent[i]), []).append(i)
+        kids.setdefault(parent_of[i], []).append(i)
     tokens: list[int] = []
     parents: list[int] = []
-    stack = [(c, -1) for c in sorted(kids.get(-1, []), key=lambda c: reach[c])]
+    stack = [(c, -1) for c in sorted(kids.get(-1, []), key=p.__getitem__)]
     while stack:
         node, parent_row = stack.pop()
         row = len(tokens)
-        tokens.append(int(tree.tokens[node]))
+        tokens.append(token_of[node])
         parents.append(parent_row)
         below = [c for c in kids.get(node, []) if c in kept]
-        stack.extend((c, row) for c in sorted(below, key=lambda c: reach[c]))
+        stack.extend((c, row) for c in sorted(below, key=p.__getitem__))
     # Attributed to the store when any drafted node was seen there (else: this answer).
-    source = HISTORY if any(tree.marked[0][i] for i in nodes) else PROMPT
+    source = HISTORY if tree.marked[0][nodes].any() else PROMPT
     if all(p == i - 1 for i, p in enumerate(parents)):
         return Draft(tuple(tokens), None, source)
     return TreeDraft(tuple(tokens), tuple(parents), source)

@@ -44,6 +44,20 @@ def kgram_keys(tokens: np.ndarray, k: int = KEY_LEN) -> np.ndarray:
     return _hash([t[j: j + n] for j in range(k)], n)
 
 
+_MASK = (1 << 64) - 1
+
+
+def key_of(tokens: Sequence[int]) -> int:
+    """kgram_keys of exactly these tokens, in plain integers: a lookup hashes one key per
+    step, where numpy's per-call cost is most of the work."""
+    h = int(_M1)
+    for t in tokens:
+        h = ((h ^ int(t)) * int(_M2)) & _MASK
+        h ^= h >> 31
+    h = ((h ^ (h >> 29)) * int(_M3)) & _MASK
+    return h ^ (h >> 32)
+
+
 def row_keys(rows: np.ndarray) -> np.ndarray:
     """A hash of each row of a 2-D array of token ids (-1 allowed): a sum of the tokens
     times odd random weights, mod 2^64, then mixed. Cheap for a few dozen rows; only
@@ -176,37 +190,48 @@ class SuffixIndex:
         if len(context) < k or self.empty:
             return None
         tail = np.asarray(context[-MAX_MATCH:], dtype=np.int64)
-        key = kgram_keys(tail[-k:], k)[0]
+        key = np.uint64(key_of(context[-k:]))
         # [key, key + 1) in one binary search per segment (the last hash has no successor)
         bounds = np.array([key, key + np.uint64(1)], dtype=np.uint64) \
             if key < np.iinfo(np.uint64).max else None
-        windows: list[np.ndarray] = []  # MAX_MATCH tokens up to each occurrence, then `depth`
-        where: list[tuple[int, np.ndarray]] = []
         offsets = np.arange(-MAX_MATCH + 1, depth + 1)[None, :]
+        # Only a binary search and a gather per segment: per-call overhead, not the store's
+        # size, is what a lookup costs, so the checks run once over what was gathered.
+        windows: list[np.ndarray] = []  # MAX_MATCH tokens up to each occurrence, then `depth`
+        spots: list[np.ndarray] = []
+        at_of: list[int] = []
+        sizes: list[int] = []
         left = max_occurrences
         for at in range(len(self.segments) - 1, -1, -1):
             seg = self.segments[at]
             if bounds is not None:
-                lo, hi = (int(i) for i in seg.keys.searchsorted(bounds))
+                lo, hi = seg.keys.searchsorted(bounds).tolist()
             else:
                 lo, hi = int(seg.keys.searchsorted(key)), len(seg.keys)
             lo = max(lo, hi - left)
             if hi <= lo:
                 continue
             pos = seg.positions[lo:hi][::-1].astype(np.int64)  # most recent first
-            pos = pos[(pos >= k - 1) & (pos + 1 < len(seg.tokens))]  # hostile bytes
-            windows.append(_window(seg.tokens, pos[:, None] + offsets))
-            where.append((at, pos))
-            left -= len(pos)
+            windows.append(_gather(seg.tokens, pos[:, None] + offsets))
+            spots.append(pos)
+            at_of.append(at)
+            sizes.append(hi - lo)
+            left -= hi - lo
             if left <= 0:
                 break
-        if not where:
+        if not spots:
             return None
-        both = np.concatenate(windows)
-        found = _measured(both[:, MAX_MATCH - 1::-1], both[:, MAX_MATCH:], tail, self.n_vocab,
-                          np.concatenate([np.full(len(p), at) for at, p in where]),
-                          np.concatenate([p for _, p in where]))
-        keep = found.length >= k  # a hash collision matches nothing
+        pos = np.concatenate(spots) if len(spots) > 1 else spots[0]
+        segment = np.repeat(np.asarray(at_of), sizes)
+        both = (np.concatenate(windows) if len(windows) > 1 else windows[0]).astype(np.int64)
+        # Bytes on disk are hostile: an index may point anywhere.
+        n_tok = np.asarray([len(self.segments[a].tokens) for a in at_of])[
+            np.repeat(np.arange(len(at_of)), sizes)]
+        idx = pos[:, None] + offsets
+        both[(idx < 0) | (idx >= n_tok[:, None])] = -1
+        ok = (pos >= k - 1) & (pos + 1 < n_tok)
+        found = _measured(both, tail, self.n_vocab, segment, pos)
+        keep = ok & (found.length >= k)  # a hash collision matches nothing
         return found.select(keep) if keep.any() else None
 
     def copied(self, segment: np.ndarray, position: np.ndarray, following: np.ndarray
@@ -272,36 +297,50 @@ class ContextIndex:
 def _occurrences(tokens: np.ndarray, pos: np.ndarray, tail: np.ndarray, depth: int,
                  n_vocab: int, segment: int) -> Matches:
     """Match length, continuation and text hash of each position (see Matches)."""
-    back = _window(tokens, pos[:, None] - np.arange(MAX_MATCH)[None, :])
-    ahead = _window(tokens, pos[:, None] + 1 + np.arange(depth)[None, :])
-    return _measured(back, ahead, tail, n_vocab, np.full(len(pos), segment), pos)
+    both = _window(tokens, pos[:, None] + np.arange(-MAX_MATCH + 1, depth + 1)[None, :])
+    return _measured(both, tail, n_vocab, np.full(len(pos), segment), pos)
 
 
-def _measured(back: np.ndarray, ahead: np.ndarray, tail: np.ndarray, n_vocab: int,
-              segment: np.ndarray, pos: np.ndarray) -> Matches:
-    """Matches from the MAX_MATCH tokens up to each occurrence (newest first) and the
-    tokens after it: the match length against `tail`, continuations cut at the first SEP
-    or unknown id, and the text hash."""
+def _measured(both: np.ndarray, tail: np.ndarray, n_vocab: int, segment: np.ndarray,
+              pos: np.ndarray) -> Matches:
+    """Matches from each occurrence's window (newest first): the MAX_MATCH tokens up to it,
+    then the tokens after it. The match length against `tail`, continuations cut at the first
+    SEP or unknown id, and the text hash. `both` is changed in place."""
+    back = both[:, MAX_MATCH - 1::-1]  # a view: the masking below writes through to `both`
     back[np.logical_or.accumulate(back == SEP, axis=1)] = -1  # nothing before the record
     same = (back == tail[::-1][None, :]) if len(tail) == MAX_MATCH else \
         np.concatenate([back[:, :len(tail)] == tail[::-1][None, :],
                         np.zeros((len(pos), MAX_MATCH - len(tail)), dtype=bool)], axis=1)
     length = np.logical_and.accumulate(same, axis=1).sum(axis=1)
-    bad = np.logical_or.accumulate((ahead < 0) | (ahead >= n_vocab), axis=1)
-    ahead[bad] = -1
-    text = row_keys(np.concatenate([back, ahead], axis=1))
-    return Matches(length, ahead, text.view(np.int64), segment, pos)
+    ahead = both[:, MAX_MATCH:]
+    ahead[np.logical_or.accumulate((ahead < 0) | (ahead >= n_vocab), axis=1)] = -1
+    return Matches(length, ahead, row_keys(both).view(np.int64), segment, pos)
 
 
 def _copied(tokens: np.ndarray, pos: np.ndarray, ahead: np.ndarray) -> np.ndarray:
     """Whether ahead[:, :2] occurs within COPY_WINDOW tokens before each position, in the
     same record (no SEP in between)."""
+    out = np.zeros(len(pos), dtype=bool)
     if ahead.shape[1] < 2:
-        return np.zeros(len(pos), dtype=bool)
-    win = _window(tokens, pos[:, None] - np.arange(COPY_WINDOW, 0, -1)[None, :])
-    inside = ~np.logical_or.accumulate(((win < 0) | (win == SEP))[:, ::-1], axis=1)[:, ::-1]
-    pair = (win[:, :-1] == ahead[:, :1]) & (win[:, 1:] == ahead[:, 1:2]) & inside[:, :-1]
-    return pair.any(axis=1) & (ahead[:, 1] >= 0)
+        return out
+    idx = pos[:, None] - np.arange(COPY_WINDOW, 0, -1)[None, :]
+    win = tokens.take(idx, mode="clip")
+    pair = (win[:, :-1] == ahead[:, :1]) & (win[:, 1:] == ahead[:, 1:2]) & (idx[:, :-1] >= 0)
+    rows = np.flatnonzero(pair.any(axis=1) & (ahead[:, 1] >= 0))
+    if not len(rows):  # the usual answer, and the cheap one
+        return out
+    # A pair counts only after the last record boundary before the position.
+    cols = np.arange(1, COPY_WINDOW + 1)
+    boundary = ((win[rows] == SEP) | (idx[rows] < 0)) * cols[None, :]
+    last = boundary.max(axis=1)  # 1-based column of the last boundary, 0 if none
+    after = cols[None, :-1] > last[:, None]
+    out[rows] = (pair[rows] & after).any(axis=1)
+    return out
+
+
+def _gather(tokens: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """tokens[idx], indices clipped into range (the caller masks what fell outside)."""
+    return tokens.take(idx, mode="clip")
 
 
 def _window(tokens: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -344,6 +383,8 @@ def continuation_tree(following: np.ndarray, weights: np.ndarray,
         empty = np.zeros(0, dtype=np.int64)
         return CandidateTree(empty, empty, empty, np.zeros(0), empty, 0.0,
                              tuple(empty for _ in marks))
+    if c == 1:  # half of all lookups: one occurrence, so the trie is its row as a chain
+        return _chain(following[0], float(weights[0]), [bool(m[0]) for m in marks])
     order = np.lexsort(following.T[::-1])
     rows = following[order]
     w = np.asarray(weights, dtype=np.float64)[order]
@@ -376,3 +417,14 @@ def continuation_tree(following: np.ndarray, weights: np.ndarray,
     paths[order] = ids
     return CandidateTree(tokens, parent, node_depth, weight, count, float(w.sum()), marked,
                          paths)
+
+
+def _chain(row: np.ndarray, weight: float, marks: Sequence[bool]) -> CandidateTree:
+    """continuation_tree of a single row."""
+    n = int(np.argmin(row >= 0)) if (row < 0).any() else len(row)
+    depth = np.arange(1, n + 1, dtype=np.int64)
+    ones = np.ones(n, dtype=np.int64)
+    paths = np.full((1, len(row)), -1, dtype=np.int64)
+    paths[0, :n] = depth - 1
+    return CandidateTree(row[:n].astype(np.int64), depth - 2, depth, np.full(n, weight), ones,
+                         weight, tuple(ones * int(m) for m in marks), paths)
