@@ -223,3 +223,27 @@ def test_copied_finds_the_pair_only_inside_its_own_record(seed: int) -> None:
         want = [naive_copied([int(t) for t in tokens], int(p), a)
                 for p, a in zip(pos, ahead.tolist(), strict=True)]
         assert got.tolist() == want
+
+
+def test_a_key_looked_up_again_reads_nothing_new_and_matches_its_own_context(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's side of a lookup is remembered per key; the match length is still
+    measured against each context, and what is remembered cannot be changed by a caller."""
+    read: list[int] = []
+    real = suffix._gather
+
+    def counting(tokens: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        read.append(idx.size)
+        return real(tokens, idx)
+
+    monkeypatch.setattr(suffix, "_gather", counting)
+    index = SuffixIndex([Segment.of_records([[5, 6, 7, 1, 2, 3], [9, 7, 1, 2, 4]])], n_vocab=20)
+    first = index.lookup([8, 6, 7, 1, 2], max_occurrences=8, depth=4)
+    gathered = len(read)
+    second = index.lookup([0, 9, 7, 1, 2], max_occurrences=8, depth=4)
+    assert gathered == 1 and len(read) == gathered
+    assert first is not None and second is not None
+    assert sorted(first.length.tolist()) == [3, 4] and sorted(second.length.tolist()) == [3, 4]
+    assert first.length.tolist() != second.length.tolist()  # [.., 6, 7, 1, 2] vs [9, 7, 1, 2]
+    with pytest.raises(ValueError):
+        second.following[0, 0] = 0

@@ -222,7 +222,7 @@ class HistoryDrafter:
         best = int(m.length.max())
         chosen = m.length >= min(best, max(self.index.k, best - 2))
         first = np.zeros(len(m), dtype=bool)
-        first[np.unique(m.text, return_index=True)[1]] = True
+        first[list({t: i for i, t in reversed(list(enumerate(m.text.tolist())))}.values())] = True
         chosen &= first
         chosen &= ~self._variable(m, chosen & stored)
         if not chosen.any():

@@ -30,6 +30,7 @@ SEP = np.uint32(0xFFFFFFFF)  # closes every record: no match or continuation cro
 KEY_LEN = 2  # tokens hashed per index entry: the shortest match a lookup can find
 MAX_MATCH = 32  # how far back a match is followed to measure its length
 COPY_WINDOW = 512  # how far back in its own record a continuation is looked for
+MEMO_ENTRIES = 1024  # keys whose store occurrences a SuffixIndex keeps (~10 KB each at most)
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
 _M3 = np.uint64(0x94D049BB133111EB)
@@ -173,6 +174,8 @@ class SuffixIndex:
         self.segments = [s for s in segments if len(s.keys)]
         self.n_vocab = n_vocab
         self.k = k
+        self._memo: dict[tuple[int, int, int], _Windows | None] = {}
+        self._copied: dict[tuple[int, int], bool] = {}
 
     @property
     def empty(self) -> bool:
@@ -189,8 +192,31 @@ class SuffixIndex:
         k = self.k
         if len(context) < k or self.empty:
             return None
-        tail = np.asarray(context[-MAX_MATCH:], dtype=np.int64)
-        key = np.uint64(key_of(context[-k:]))
+        found = self._occurrences(key_of(context[-k:]), max_occurrences, depth)
+        if found is None:
+            return None
+        length = _match_length(found.back, np.asarray(context[-MAX_MATCH:], dtype=np.int64))
+        keep = length >= k  # a hash collision matches nothing
+        if not keep.any():
+            return None
+        m = Matches(length, found.ahead, found.text, found.segment, found.position)
+        return m if keep.all() else m.select(keep)
+
+    def _occurrences(self, key: int, max_occurrences: int, depth: int) -> _Windows | None:
+        """The store's side of a lookup: where the key occurs and the windows around it. It
+        does not depend on the context, and a step's key has usually been looked up earlier
+        in the answer, so it is kept (read-only) for the next time."""
+        memo = (key, max_occurrences, depth)
+        if memo in self._memo:
+            return self._memo[memo]
+        found = self._gathered(np.uint64(key), max_occurrences, depth)
+        if len(self._memo) >= MEMO_ENTRIES:
+            self._memo.clear()
+        self._memo[memo] = found
+        return found
+
+    def _gathered(self, key: np.uint64, max_occurrences: int, depth: int) -> _Windows | None:
+        k = self.k
         # [key, key + 1) in one binary search per segment (the last hash has no successor)
         bounds = np.array([key, key + np.uint64(1)], dtype=np.uint64) \
             if key < np.iinfo(np.uint64).max else None
@@ -230,21 +256,48 @@ class SuffixIndex:
         idx = pos[:, None] + offsets
         both[(idx < 0) | (idx >= n_tok[:, None])] = -1
         ok = (pos >= k - 1) & (pos + 1 < n_tok)
-        found = _measured(both, tail, self.n_vocab, segment, pos)
-        keep = ok & (found.length >= k)  # a hash collision matches nothing
-        return found.select(keep) if keep.any() else None
+        if not ok.any():
+            return None
+        if not ok.all():
+            both, segment, pos = both[ok], segment[ok], pos[ok]
+        back, ahead, text = _prepared(both, self.n_vocab)
+        for array in (back, ahead, text, segment, pos):
+            array.flags.writeable = False
+        return _Windows(back, ahead, text, segment, pos)
 
     def copied(self, segment: np.ndarray, position: np.ndarray, following: np.ndarray
                ) -> np.ndarray:
         """For occurrences in the store: whether the first two tokens that followed each
         appear within COPY_WINDOW tokens before it in its own record. The earlier answer
         copied them from its request (a name, an id), so this request will copy something
-        of its own there."""
+        of its own there. (A function of the occurrence alone: remembered.)"""
         out = np.zeros(len(segment), dtype=bool)
-        for s in np.unique(segment):
-            rows = np.flatnonzero(segment == s)
-            out[rows] = _copied(self.segments[int(s)].tokens, position[rows], following[rows])
+        groups: dict[int, list[int]] = {}
+        for row, (at, p) in enumerate(zip(segment.tolist(), position.tolist(), strict=True)):
+            known = self._copied.get((at, p))
+            if known is None:
+                groups.setdefault(at, []).append(row)
+            else:
+                out[row] = known
+        if len(self._copied) >= MEMO_ENTRIES * 16:
+            self._copied.clear()
+        for at, rows in groups.items():
+            got = _copied(self.segments[at].tokens, position[rows], following[rows])
+            out[rows] = got
+            self._copied.update(zip(((at, p) for p in position[rows].tolist()), got.tolist(),
+                                    strict=True))
         return out
+
+
+@dataclass(frozen=True)
+class _Windows:
+    """A key's occurrences in the store, before any context is compared with them."""
+
+    back: np.ndarray  # (c, MAX_MATCH): the tokens up to each occurrence, newest first
+    ahead: np.ndarray  # (c, depth): what followed (-1 past its end)
+    text: np.ndarray  # (c,): Matches.text
+    segment: np.ndarray
+    position: np.ndarray
 
 
 class ContextIndex:
@@ -304,17 +357,32 @@ def _occurrences(tokens: np.ndarray, pos: np.ndarray, tail: np.ndarray, depth: i
 def _measured(both: np.ndarray, tail: np.ndarray, n_vocab: int, segment: np.ndarray,
               pos: np.ndarray) -> Matches:
     """Matches from each occurrence's window (newest first): the MAX_MATCH tokens up to it,
-    then the tokens after it. The match length against `tail`, continuations cut at the first
-    SEP or unknown id, and the text hash. `both` is changed in place."""
+    then the tokens after it. `both` is changed in place."""
+    back, ahead, text = _prepared(both, n_vocab)
+    return Matches(_match_length(back, tail), ahead, text, segment, pos)
+
+
+def _prepared(both: np.ndarray, n_vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What of a lookup does not depend on the context: the tokens before each occurrence
+    (newest first, -1 before its record's start), the continuation cut at the first SEP or
+    unknown id, and the text hash. Views of `both`, which is changed in place."""
     back = both[:, MAX_MATCH - 1::-1]  # a view: the masking below writes through to `both`
     back[np.logical_or.accumulate(back == SEP, axis=1)] = -1  # nothing before the record
-    same = (back == tail[::-1][None, :]) if len(tail) == MAX_MATCH else \
-        np.concatenate([back[:, :len(tail)] == tail[::-1][None, :],
-                        np.zeros((len(pos), MAX_MATCH - len(tail)), dtype=bool)], axis=1)
-    length = np.logical_and.accumulate(same, axis=1).sum(axis=1)
     ahead = both[:, MAX_MATCH:]
     ahead[np.logical_or.accumulate((ahead < 0) | (ahead >= n_vocab), axis=1)] = -1
-    return Matches(length, ahead, row_keys(both).view(np.int64), segment, pos)
+    return back, ahead, row_keys(both).view(np.int64)
+
+
+def _match_length(back: np.ndarray, tail: np.ndarray) -> np.ndarray:
+    """How many of the context's last tokens (`tail`, oldest first) each row of `back`
+    (newest first) matches."""
+    if len(tail) == MAX_MATCH:
+        same = back == tail[::-1][None, :]
+    else:
+        same = np.concatenate([back[:, :len(tail)] == tail[::-1][None, :],
+                               np.zeros((len(back), MAX_MATCH - len(tail)), dtype=bool)],
+                              axis=1)
+    return np.logical_and.accumulate(same, axis=1).sum(axis=1)
 
 
 def _copied(tokens: np.ndarray, pos: np.ndarray, ahead: np.ndarray) -> np.ndarray:
