@@ -1,0 +1,57 @@
+"""Is a row computed in a verify batch the same number as the row computed alone?
+
+    python benchmarks/batch_identity.py \
+        ~/.cache/specchat/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --threads 2
+
+For each context depth, 9 random tokens after a random prompt: their logits one token at a
+time, then as batches of 2..9 from the same cache; prints '=' where every row of the batch is
+bit-identical to the single-token rows, else the largest difference in logits. Nothing is
+timed; flash attention is llama.cpp's default unless --flash-attn says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from specchat.llm import load_model
+
+
+def compare(model: object, depth: int, rng: np.random.Generator, sizes: range) -> str:
+    m = model
+    m.truncate(0)  # type: ignore[attr-defined]
+    prompt = rng.integers(100, 20000, depth).tolist()
+    m.eval(prompt, [depth - 1])  # type: ignore[attr-defined]
+    tokens = rng.integers(100, 20000, max(sizes)).tolist()
+    alone = np.stack([m.eval([t], [0])[0] for t in tokens])  # type: ignore[attr-defined]
+    m.truncate(depth)  # type: ignore[attr-defined]
+    cells = []
+    for n in sizes:
+        batch = m.eval(tokens[:n], list(range(n)))  # type: ignore[attr-defined]
+        m.truncate(depth)  # type: ignore[attr-defined]
+        same = np.array_equal(batch, alone[:n])
+        cells.append(f"{n}:" + ("=" if same else f"{float(np.abs(batch - alone[:n]).max()):.3f}"))
+    return f"depth {depth}: " + " ".join(cells)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("model", type=Path)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--depths", default="40,700,2000")
+    ap.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto")
+    args = ap.parse_args()
+    fa = {"auto": None, "on": True, "off": False}[args.flash_attn]
+    model = load_model(args.model, n_ctx=4096, n_threads=args.threads, flash_attn=fa)
+    rng = np.random.default_rng(0)
+    for depth in (int(d) for d in args.depths.split(",")):
+        print(f"{args.model.name} threads={args.threads} flash-attn={args.flash_attn} "
+              + compare(model, depth, rng, range(2, 10)), flush=True)
+    model.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
