@@ -146,12 +146,8 @@ def test_continuation_tree_is_the_trie_of_the_rows_with_weights_and_counts() -> 
     assert SEP > 2**31  # SEP is beyond every vocabulary
 
 
-def test_a_lookup_reads_as_many_tokens_in_a_huge_store_as_in_a_small_one(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """What keeps a step's lookup cheap on a full store: one binary search per segment and
-    windows around at most max_occurrences occurrences, whatever the store holds."""
-    from specchat.engine import suffix
-
+def counted_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of store tokens each gather of a lookup reads, appended as they happen."""
     read: list[int] = []
     real = suffix._gather
 
@@ -160,6 +156,14 @@ def test_a_lookup_reads_as_many_tokens_in_a_huge_store_as_in_a_small_one(
         return real(tokens, idx)
 
     monkeypatch.setattr(suffix, "_gather", counting)
+    return read
+
+
+def test_a_lookup_reads_as_many_tokens_in_a_huge_store_as_in_a_small_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What keeps a step's lookup cheap on a full store: one binary search per segment and
+    windows around at most max_occurrences occurrences, whatever the store holds."""
+    read = counted_reads(monkeypatch)
     rng = np.random.default_rng(0)
 
     def touched(records: int) -> int:
@@ -229,14 +233,7 @@ def test_a_key_looked_up_again_reads_nothing_new_and_matches_its_own_context(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The store's side of a lookup is remembered per key; the match length is still
     measured against each context, and what is remembered cannot be changed by a caller."""
-    read: list[int] = []
-    real = suffix._gather
-
-    def counting(tokens: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        read.append(idx.size)
-        return real(tokens, idx)
-
-    monkeypatch.setattr(suffix, "_gather", counting)
+    read = counted_reads(monkeypatch)
     index = SuffixIndex([Segment.of_records([[5, 6, 7, 1, 2, 3], [9, 7, 1, 2, 4]])], n_vocab=20)
     first = index.lookup([8, 6, 7, 1, 2], max_occurrences=8, depth=4)
     gathered = len(read)
