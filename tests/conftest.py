@@ -9,12 +9,23 @@ SPECCHAT_REQUIRE_REAL_MODELS=1 (as CI may) to make that a failure instead.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from specchat.errors import SpecchatError
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A suite started in the background (`cmd &`, `nohup`) inherits SIGINT and SIGHUP
+    ignored, and so would every process it starts: the tests that interrupt a chat or an
+    answer need them delivered the way a terminal delivers them."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def _unavailable(reason: str) -> None:
