@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ from specchat.engine import drafters, loop
 from specchat.engine.drafters import Draft, DraftModelDrafter
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, SamplingOptions
-from specchat.engine.sampling import probs, recent_window, sample
+from specchat.engine.sampling import biased, probs, recent_window, sample
 from tests.fakes import FakeModel
 
 N_DRAWS = 20_000
@@ -62,15 +62,21 @@ def memoized_warps(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def exact_sequences(model: FakeModel, prompt: Sequence[int], opts: SamplingOptions,
-                    length: int = LENGTH) -> dict[tuple[int, ...], float]:
-    """P(continuation) for every continuation of `length` tokens, by enumeration."""
+                    length: int = LENGTH,
+                    allowed: Callable[[tuple[int, ...]], np.ndarray] | None = None
+                    ) -> dict[tuple[int, ...], float]:
+    """P(continuation) for every continuation of `length` tokens, by enumeration; under a
+    constraint when `allowed` gives the tokens it allows after each continuation so far."""
     out: dict[tuple[int, ...], float] = {(): 1.0}
     n_recent = opts.repeat_last_n if opts.repeat_penalty != 1.0 else 0
     for _ in range(length):
         grown: dict[tuple[int, ...], float] = {}
         for seq, pr in out.items():
             ctx = [*prompt, *seq]
-            p = probs(model.logits_for(ctx), recent_window(ctx, [], n_recent), opts)
+            row = model.logits_for(ctx)
+            if allowed is not None:
+                row = biased(row, opts, allowed(seq))
+            p = probs(row, recent_window(ctx, [], n_recent), opts)
             for t in np.flatnonzero(p > 0):
                 grown[(*seq, int(t))] = pr * float(p[t])
         out = grown

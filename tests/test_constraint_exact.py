@@ -23,7 +23,6 @@ from specchat.engine.drafters import DraftModelDrafter
 from specchat.engine.events import Finished
 from specchat.engine.loop import Hooks
 from specchat.engine.options import GenerationOptions, SamplingOptions
-from specchat.engine.sampling import biased, probs, recent_window
 from tests.fakegrammar import FakeGrammar, Table
 from tests.fakes import FakeModel
 from tests.test_acceptance_exact import (  # noqa: F401 - memoized_warps is an autouse fixture
@@ -35,6 +34,7 @@ from tests.test_acceptance_exact import (  # noqa: F401 - memoized_warps is an a
     Draws,
     assert_exact,
     chi2_pvalue,
+    exact_sequences,
     memoized_warps,
 )
 
@@ -55,20 +55,13 @@ def grammar() -> FakeGrammar:
 def exact_constrained(model: FakeModel, opts: SamplingOptions,
                       length: int = LENGTH) -> dict[tuple[int, ...], float]:
     """P(continuation) under the grammar, by enumeration: plain constrained decoding."""
-    out: dict[tuple[int, ...], float] = {(): 1.0}
-    n_recent = opts.repeat_last_n if opts.repeat_penalty != 1.0 else 0
-    for _ in range(length):
-        grown: dict[tuple[int, ...], float] = {}
-        for seq, pr in out.items():
-            g = grammar()
-            g.advance(seq)
-            ctx = [*PROMPT, *seq]
-            row = biased(model.logits_for(ctx), opts, g.allowed())
-            p = probs(row, recent_window(ctx, [], n_recent), opts)
-            for t in np.flatnonzero(p > 0):
-                grown[(*seq, int(t))] = pr * float(p[t])
-        out = grown
-    return out
+    return exact_sequences(model, PROMPT, opts, length, allowed=allowed_after)
+
+
+def allowed_after(seq: tuple[int, ...]) -> np.ndarray:
+    g = grammar()
+    g.advance(seq)
+    return g.allowed()
 
 
 def draw(target: FakeModel, options: GenerationOptions, draft: FakeModel | None = None,
