@@ -18,23 +18,24 @@ def free_port() -> int:
 
 
 def wait_ready(proc: subprocess.Popen[str] | subprocess.Popen[bytes], url: str, log: Path,
-               seconds: float = 600) -> None:
-    """Until /health says 200 (loading takes seconds; a busy machine can take minutes);
+               seconds: float = 600, *, path: str = "/health",
+               name: str = "specchat serve") -> None:
+    """Until `path` says 200 (loading takes seconds; a busy machine can take minutes);
     the test fails with the server's log if it exits or never gets there."""
     import httpx
 
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"specchat serve exited {proc.returncode}:\n{_text(log)}")
+            pytest.fail(f"{name} exited {proc.returncode}:\n{_text(log)}")
         try:
-            if httpx.get(url + "/health", timeout=5).status_code == 200:
+            if httpx.get(url + path, timeout=5).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
     proc.kill()
-    pytest.fail(f"specchat serve never became ready:\n{_text(log)}")
+    pytest.fail(f"{name} never became ready:\n{_text(log)}")
 
 
 def stop(proc: subprocess.Popen[str] | subprocess.Popen[bytes],

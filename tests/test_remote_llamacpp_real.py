@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.serveproc import free_port, wait_ready
 
 pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's server extras are "
                     "not installed (pip install 'llama-cpp-python[server]')")
@@ -24,12 +24,6 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "smollm2-135m"
 QUESTION = "What is the capital of France?"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -44,17 +38,7 @@ def lcp_server(real_model_path: Callable[[str], Path],
              "--n_threads", "2"], stdout=sink, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(600):
-            if proc.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited {proc.returncode}:\n{log.read_text()}")
-            try:
-                if httpx.get(url + "/v1/models", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"llama_cpp.server never became ready:\n{log.read_text()}")
+        wait_ready(proc, url, log, path="/v1/models", name="llama_cpp.server")
         yield url
     finally:
         proc.terminate()
