@@ -18,11 +18,8 @@ from typing import Any
 
 from specchat.backend.loading import open_runtime
 from specchat.bench.sessions import load_sessions
+from specchat.engine.protocol import common_prefix
 from specchat.settings.load import LoadSettings
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
 
 
 def main() -> int:
@@ -44,8 +41,8 @@ def main() -> int:
                 if off is None or mode == "off" or not tokens:
                     continue
                 compared += 1
-                at = first_difference(tokens, off)
-                if at is None:
+                at = common_prefix(tokens, off)
+                if at >= min(len(tokens), len(off)):
                     continue
                 differ += 1
                 s = sessions[name]
