@@ -160,9 +160,6 @@ class AcceptanceModel:
             return prior
         return (self.hits[i - 1] + self.strength * prior) / (self.trials[i - 1] + self.strength)
 
-    def expected_tokens(self, k: int, optimism: float = 0.0) -> float:
-        return self.expected_curve(k, optimism)[k]
-
     def expected_curve(self, k_max: int, optimism: float = 0.0) -> list[float]:
         """E(k) for every k = 0..k_max in one pass (auto weighs every k each step)."""
         curve, alive = [1.0], 1.0
