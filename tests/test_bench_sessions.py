@@ -52,6 +52,41 @@ def test_a_bad_line_is_one_usage_error_naming_it(line: str, says: str) -> None:
         parse_sessions(line, "f")
 
 
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+SCHEMA = {"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]}
+
+
+def test_a_session_shapes_its_answers_with_a_schema_or_tools() -> None:
+    text = "\n".join(json.dumps(r) for r in [
+        {"session": "a", "schema": SCHEMA, "prompt": "1"},
+        {"session": "a", "prompt": "2"},  # an unshaped later line keeps the session's schema
+        {"session": "b", "tools": TOOLS, "tool_choice": "required", "requests": ["x", "y"]},
+        {"session": "b", "tools": TOOLS, "prompt": "z"},
+    ])
+    a, b = parse_sessions(text, "f")
+    assert json.loads(a.schema or "") == SCHEMA and a.tools is None and a.requests == ["1", "2"]
+    assert (b.tools, b.tool_choice, b.schema, len(b.requests)) == (TOOLS, "required", None, 3)
+
+
+@pytest.mark.parametrize("lines, says", [
+    ([{"session": "a", "prompt": "x", "schema": "int"}], "f:1: schema must be a JSON schema"),
+    ([{"session": "a", "prompt": "x", "tools": [{"type": "retrieval"}]}], "f:1: .*function"),
+    ([{"session": "a", "prompt": "x", "tools": TOOLS, "tool_choice": {
+        "type": "function", "function": {"name": "nope"}}}], "f:1: .*nope"),
+    ([{"session": "a", "prompt": "x", "tool_choice": "required"}], "f:1: .*no tools"),
+    ([{"session": "a", "prompt": "x", "tools": TOOLS, "schema": SCHEMA}], "f:1: .*not both"),
+    ([{"session": "a", "prompt": "x", "schema": SCHEMA},
+      {"session": "a", "prompt": "y", "schema": {"type": "array"}}], "f:2: schema differs"),
+    ([{"session": "a", "prompt": "x", "schema": SCHEMA},
+      {"session": "a", "prompt": "y", "tools": TOOLS}], "f:2: .*not both"),
+])
+def test_a_bad_shape_is_one_usage_error_naming_its_line(lines: list[dict[str, Any]],
+                                                        says: str) -> None:
+    with pytest.raises(UsageError, match=says):
+        parse_sessions("\n".join(json.dumps(line) for line in lines), "f")
+
+
 def out(session: str, index: int, mode: str, tokens: int, seconds: float,
         answer: list[int], sources: dict[str, dict[str, int]] | None = None) -> Outcome:
     return Outcome(session, index, mode, tokens, seconds, tokens // 2, "", answer,
@@ -85,9 +120,20 @@ def test_bad_flags_fail_before_anything_runs(capsys: Any) -> None:
     assert code == 2 and "poetry" in err
 
 
+def test_tools_are_refused_through_ask_before_anything_runs(tmp_path: Path,
+                                                            capsys: Any) -> None:
+    sessions = tmp_path / "s.jsonl"
+    sessions.write_text(json.dumps({"session": "w", "tools": TOOLS, "requests": ["a", "b"]}))
+    code, _, err = run_cli(["bench", "--sessions", str(sessions)], capsys)
+    assert code == 2 and "--via serve" in err and len(err.strip().splitlines()) == 1
+
+
 SESSION = {"session": "fns", "category": "code", "requests": [
     "Write a Python function add(a, b) that returns a + b.",
     "Write a Python function sub(a, b) that returns a - b."]}
+SHAPED = [{"session": "ages", "schema": SCHEMA, "requests": ["Maria is 31.", "Tom is 45."]},
+          {"session": "calls", "tools": TOOLS, "tool_choice": "required",
+           "requests": ["Weather in Lisbon?", "Weather in Osaka?"]}]
 
 
 @pytest.mark.real
@@ -97,19 +143,25 @@ def test_real_sessions_run_through_processes_or_a_server(
         via: str, tmp_path: Path, real_model_path: Any) -> None:
     real_model_path("smollm2-135m")
     sessions = tmp_path / "s.jsonl"
-    sessions.write_text(json.dumps(SESSION) + "\n")
+    chosen = [SESSION, *SHAPED[: 2 if via == "serve" else 1]]  # ask takes no tools
+    sessions.write_text("".join(json.dumps(s) + "\n" for s in chosen))
     report = tmp_path / "r.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
         [sys.executable, "-m", "specchat", "bench", "--sessions", str(sessions), "-m",
-         "smollm2-135m", "-n", "12", "--via", via, "--json", str(report), "--no-llama-cpp"],
+         "smollm2-135m", "-n", "40", "--via", via, "--json", str(report), "--no-llama-cpp"],
         env=env, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
         check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(report.read_text())
-    assert {(r["index"], r["mode"]) for r in data["runs"]} == \
-        {(i, m) for i in (0, 1) for m in ("off", "auto")}
+    assert {(r["session"], r["index"], r["mode"]) for r in data["runs"]} == \
+        {(s["session"], i, m) for s in chosen for i in (0, 1) for m in ("off", "auto")}
     overall = next(s for s in data["sessions"] if s["session"] == OVERALL)
-    assert overall["compared"] == 1 and overall["greedy_equal"] == 1
+    assert overall["compared"] == len(chosen) and overall["greedy_equal"] == len(chosen)
     assert overall["modes"]["auto"]["tokens"] > 0
     assert "overall" in proc.stdout  # the table (notes and progress go to stderr)
+    texts = {(r["session"], r["index"]): r["text"] for r in data["runs"] if r["mode"] == "auto"}
+    for i in (0, 1):  # every answer has the session's shape
+        assert isinstance(json.loads(texts["ages", i])["age"], int)
+        if via == "serve":
+            assert '"get_weather"' in texts["calls", i]

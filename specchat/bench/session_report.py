@@ -104,7 +104,8 @@ def render(console: Console, rows: Sequence[Row], modes: Sequence[str]) -> None:
     for row in rows:
         base = row.cells.get(BASELINE)
         cells = [row.session, str(base.requests if base else 0)]
-        cells += [f"{row.cells[m].rate:.1f}" for m in modes]
+        # A mode that ran none of these requests (the peer skips sessions with tools): "-".
+        cells += [f"{row.cells[m].rate:.1f}" if row.cells[m].requests else "-" for m in modes]
         for m in ours:
             cells.append(_x(row.ratio(m)))
             if PEER in modes:

@@ -83,6 +83,7 @@ def run_sessions(sessions: Sequence[Session], modes: Sequence[str], launch: Laun
             for i, request in enumerate(s.requests):
                 turn += 1
                 for mode in mode_order(list(modes), turn):
+                    got: Outcome | None
                     if peer is not None and mode == peer.name:
                         got = _peer_outcome(peer, s, i, request, launch.max_tokens)
                     elif via == "serve":
@@ -90,6 +91,8 @@ def run_sessions(sessions: Sequence[Session], modes: Sequence[str], launch: Laun
                     else:
                         got = _ask_request(launch, s, i, request, mode,
                                            workdir / f"{s.name}-{mode}")
+                    if got is None:
+                        continue
                     out.append(got)
                     if listener is not None:
                         listener(got)
@@ -102,6 +105,8 @@ def _ask_request(launch: Launch, session: Session, index: int, request: str, mod
             "--temperature", "0", "--prompt-cache", "0", *launch.model_flags]
     if session.system:
         argv += ["--system", session.system]
+    if session.schema is not None:
+        argv += ["--schema", session.schema]
     proc = subprocess.run([*argv, "--", request], env=launch.with_store(store),
                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
                           timeout=REQUEST_SECONDS, check=False)
@@ -166,8 +171,16 @@ def _wait_ready(server: _Server, log: str) -> None:
 
 def _serve_request(server: _Server, session: Session, index: int, request: str, mode: str,
                    launch: Launch) -> Outcome:
-    body = json.dumps({"model": server.model, "messages": session.messages(request),
-                       "max_tokens": launch.max_tokens, "temperature": 0}).encode()
+    fields: dict[str, Any] = {"model": server.model, "messages": session.messages(request),
+                              "max_tokens": launch.max_tokens, "temperature": 0}
+    if session.schema is not None:
+        fields["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": "answer", "schema": json.loads(session.schema), "strict": True}}
+    if session.tools:
+        fields["tools"] = session.tools
+        if session.tool_choice is not None:
+            fields["tool_choice"] = session.tool_choice
+    body = json.dumps(fields).encode()
     ask = urllib.request.Request(f"{server.url}/v1/chat/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     try:
@@ -179,16 +192,29 @@ def _serve_request(server: _Server, session: Session, index: int, request: str, 
     usage = data["usage"]["speculative"]
     return Outcome(session.name, index, mode, data["usage"]["completion_tokens"],
                    usage["decode_seconds"], usage["steps"],
-                   data["choices"][0]["message"]["content"], [], usage.get("sources", {}))
+                   _answer_text(data["choices"][0]["message"]), [], usage.get("sources", {}))
+
+
+def _answer_text(message: dict[str, Any]) -> str:
+    """What the answer said, its tool calls included (their ids are random, so left out):
+    answers of two modes compare by it."""
+    calls = [(c["function"]["name"], c["function"]["arguments"])
+             for c in message.get("tool_calls") or ()]
+    text = message.get("content") or ""
+    return f"{text}\n{json.dumps(calls)}" if calls else text
 
 
 def _peer_outcome(peer: Peer, session: Session, index: int, request: str,
-                  max_tokens: int) -> Outcome:
+                  max_tokens: int) -> Outcome | None:
     """llama-cpp-python's plain chat completion; its decode time is after its first token
-    (it has no split of its own), and its system prompt goes in the text."""
+    (it has no split of its own), and its system prompt goes in the text. None for a
+    session with tools, which its plain completion would not compare with."""
+    if session.tools:
+        return None
     text = f"{session.system}\n\n{request}" if session.system else request
-    record = peer.run(BenchPrompt(f"{session.name}-{index}", session.category, text), 0,
-                      max_tokens, None)
+    prompt = BenchPrompt(f"{session.name}-{index}", session.category, text,
+                         schema=session.schema)
+    record = peer.run(prompt, 0, max_tokens, None)
     return Outcome(session.name, index, peer.name, record.generated, record.decode_seconds,
                    record.steps, record.text, list(record.tokens))
 

@@ -8,6 +8,11 @@ or one request of a session, the requests of a session in file order:
 
     {"session": "sql-shop", "category": "sql", "prompt": "..."}   ("turns": ["..."] works too)
 
+A session may also shape every answer as an agent's calls do: "schema" (a JSON schema the
+answer must match, as `ask --schema` and a server's response_format), or "tools" (OpenAI
+function tools, with an optional "tool_choice"; sent through `serve` only, since `ask` takes
+no tools). Given on several lines of one session, they must agree.
+
 Each request is a fresh one-shot question (the system prompt, if any, then the request),
 not a turn of one conversation: that is what a shell loop or an agent calling a server
 sends. The built-in set (default_sessions.jsonl) has conversions, tool calls, SQL over one
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from specchat.errors import UsageError
+from specchat.llm.shapes import ShapeError, response_structure, toolset_of
 
 BUILTIN_SESSIONS = "default_sessions.jsonl"
 
@@ -33,6 +39,9 @@ class Session:
     category: str
     system: str | None = None
     requests: list[str] = field(default_factory=list)
+    schema: str | None = None  # JSON text of the schema every answer must match
+    tools: list[dict[str, Any]] | None = None  # OpenAI function tools, checked
+    tool_choice: Any = None
 
     def messages(self, request: str) -> list[dict[str, str]]:
         out = [{"role": "system", "content": self.system}] if self.system else []
@@ -78,8 +87,31 @@ def parse_sessions(text: str, source: str) -> list[Session]:
         name = _text(record, "session", where)
         session = found.setdefault(name, Session(name, _category(record, name, where),
                                                  _system(record, where)))
+        _shape(session, record, where)
         session.requests.extend(_requests(record, where))
     return list(found.values())
+
+
+def _shape(session: Session, record: dict[str, Any], where: str) -> None:
+    """The session's schema and tools from this line, checked as a server checks them."""
+    given: dict[str, Any] = {}
+    try:
+        if record.get("schema") is not None:
+            structure = response_structure({"type": "json_object",
+                                            "schema": record["schema"]})
+            given["schema"] = structure.text if structure else None
+        if record.get("tools") or record.get("tool_choice") is not None:
+            toolset_of(record.get("tools"), record.get("tool_choice"), None)
+            given.update((k, record[k]) for k in ("tools", "tool_choice") if k in record)
+    except ShapeError as exc:
+        raise UsageError(f"{where}: {exc.message.replace('response_format.', '')}") from None
+    for key, value in given.items():
+        if getattr(session, key) not in (None, value):
+            raise UsageError(f"{where}: {key} differs from what an earlier line of session "
+                             f"{session.name!r} gave")
+        setattr(session, key, value)
+    if session.schema is not None and session.tools:
+        raise UsageError(f"{where}: give a session a schema or tools, not both")
 
 
 def _text(record: dict[str, Any], key: str, where: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,10 @@ def bench_sessions(file: Path | None, categories: str | None, limit: int | None,
     if via not in VIAS:
         raise UsageError(f"--via must be one of {', '.join(VIAS)}, not {via!r}")
     sessions = _chosen(load_sessions(file), categories, limit)
+    with_tools = [s.name for s in sessions if s.tools]
+    if with_tools and via != "serve":
+        raise UsageError(f"session {with_tools[0]} has tools, which `specchat ask` does not "
+                         "take: run it with --via serve")
     mode_list = parse_modes(modes, (Spec.AUTO,))
     launch = Launch(specchat_argv(), _model_flags(settings), settings["max_tokens"])
     plain = _peer(settings) if peer else None
@@ -83,8 +88,7 @@ def _chosen(sessions: list[Session], categories: str | None,
         if limit < 2:
             raise UsageError("--limit with --sessions counts requests per session: give at "
                              "least 2 (the first only fills the store)")
-        sessions = [Session(s.name, s.category, s.system, s.requests[:limit])
-                    for s in sessions]
+        sessions = [replace(s, requests=s.requests[:limit]) for s in sessions]
     return sessions
 
 
