@@ -52,6 +52,13 @@ class FakeModel:
         self.eval_calls: list[int] = []  # batch sizes, in order
         self.flash_attn: bool | None = None  # what tuning switches (it changes nothing here)
         self.threads: int | None = None
+        # An exact target verifies at most exact_rows at once (llm/exact.py); the fake's
+        # rows are exact anyway, so None unless a test asks for the cap.
+        self.exact_rows: int | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self.exact_rows is not None
 
     # --- LogitsModel -------------------------------------------------------------------
     @property

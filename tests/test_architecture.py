@@ -28,7 +28,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("specchat.cli",),
     ("specchat.__main__",),
 )
-LLAMA_MODULES = {"specchat.llm.lib", "specchat.llm.model", "specchat.llm.files",
+LLAMA_MODULES = {"specchat.llm.lib", "specchat.llm.model", "specchat.llm.context",
+                 "specchat.llm.files",
                  "specchat.llm.seqtree"}
 
 

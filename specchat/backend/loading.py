@@ -97,18 +97,19 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
     from specchat.llm.model import load_model  # llama.cpp loads only when models do
 
     def load(path: Path, n_ctx: int, n_gpu_layers: int,
-             flash_attn: bool | None = None) -> LlamaModel:
+             flash_attn: bool | None = None, exact: bool = False) -> LlamaModel:
         if str(path) in loaded:
             return loaded[str(path)]
         model = load_model(path, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
                            n_threads=settings.threads, verbose=settings.verbose,
-                           flash_attn=flash_attn)
+                           flash_attn=flash_attn, exact=exact)
         closers.append(model.close)
         return model
 
     target_path, draft_path = paths
+    # Only the target's numerics decide the answer: the draft is never made exact.
     target = load(target_path, settings.n_ctx, layers[0],
-                  flash_attn_for(settings, calibration, target_path))
+                  flash_attn_for(settings, calibration, target_path), settings.exact)
     try:
         draft = None
         if draft_path is not None:

@@ -270,6 +270,11 @@ class Runtime(Backend):
                 return options.with_values(spec=Spec.OFF)
             raise UsageError(f"{self.info.target_name} is a recurrent/hybrid model whose cache "
                              "cannot be rolled back: speculation is off for it (use --spec off)")
+        # An exact target computes verify rows like single steps only up to so many rows
+        # (llm/exact.py): longer drafts would change what a greedy answer says.
+        rows = getattr(self.target, "exact_rows", None)
+        if rows is not None and options.draft_max > rows - 1:
+            return options.with_values(draft_max=rows - 1)
         return options
 
     def switch(self, *, model: str | None = KEEP, draft: str | None = KEEP,

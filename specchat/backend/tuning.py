@@ -56,12 +56,14 @@ class Calibration:
                                          "threads": settings.threads,
                                          "version": CALIBRATION_VERSION}
 
-    def costs_knobs(self, flash_attn: bool | None) -> dict[str, object]:
-        """What keys a cost table: the load settings and flash attention as measured."""
-        return {**self.knobs, "flash_attn": flash_attn}
+    def costs_knobs(self, flash_attn: bool | None, exact: bool = False) -> dict[str, object]:
+        """What keys a cost table: the load settings, flash attention as measured, and an
+        exact target's cache types (llm/exact.py; named only when exact, so tables measured
+        before it existed keep their keys)."""
+        return {**self.knobs, "flash_attn": flash_attn, **({"exact": True} if exact else {})}
 
-    def costs_key(self, model: Path, flash_attn: bool | None) -> str:
-        return machine_key(model, self.costs_knobs(flash_attn))
+    def costs_key(self, model: Path, flash_attn: bool | None, exact: bool = False) -> str:
+        return machine_key(model, self.costs_knobs(flash_attn, exact))
 
     def flash_key(self, target: Path) -> str:
         return "flash-attn-" + machine_key(target, self.knobs)
@@ -96,9 +98,9 @@ def measured_auto_state(tuned: Tuned, *, force: bool = False
     """Cost tables for `auto`, from the calibration file or measured now (once), and what to
     run when the models close (write back drifted costs and learnt acceptance)."""
     settings, cal = tuned.settings, tuned.calibration
-    if force and settings.flash_attn == "auto":
-        _confirm_flash_attn(tuned)
-    knobs = cal.costs_knobs(tuned.target.flash_attn)
+    if force and settings.flash_attn == "auto" and not tuned.target.exact:
+        _confirm_flash_attn(tuned)  # an exact target keeps flash attention on (llm/exact.py)
+    knobs = cal.costs_knobs(tuned.target.flash_attn, tuned.target.exact)
 
     def announce(name: str, measured: int, sizes: int) -> None:
         if not settings.quiet:
@@ -108,7 +110,10 @@ def measured_auto_state(tuned: Tuned, *, force: bool = False
                   "batch sizes measured so far)", file=sys.stderr, flush=True)
 
     quiet = machine_quiet(settings)
-    target = cost_table(tuned.target, tuned.target_path, TARGET_SIZES, knobs, cal.cache,
+    # An exact target never verifies more than exact_rows at once: the rest is not measured.
+    rows = tuned.target.exact_rows
+    sizes = TARGET_SIZES if rows is None else tuple(n for n in TARGET_SIZES if n <= rows)
+    target = cost_table(tuned.target, tuned.target_path, sizes, knobs, cal.cache,
                         force=force, budget=START_BUDGET, quiet=quiet, announce=announce)
     draft = None
     if tuned.draft is not None and tuned.draft_path is not None:
@@ -136,7 +141,7 @@ def plain_step_reference(tuned: Tuned, auto: AutoState | None) -> tuple[float, b
     cached table, else the fastest of three single-token evals now (~0.1 s, not cached);
     and whether a quiet sample confirmed it (calibration.Quiet)."""
     cal = tuned.calibration
-    key = cal.costs_key(tuned.target_path, tuned.target.flash_attn)
+    key = cal.costs_key(tuned.target_path, tuned.target.flash_attn, tuned.target.exact)
     confirmed = Samples.from_entry(cal.cache.load_entry(key)).quiet.get(1, 0) > 0
     if auto is not None:
         return auto.target_costs.cost(1), confirmed

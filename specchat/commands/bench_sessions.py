@@ -27,7 +27,7 @@ from specchat.settings.schema import BY_NAME
 from specchat.term import output
 
 VIAS = ("ask", "serve")
-PASSED_ON = ("model", "draft", "ctx", "threads", "n_gpu_layers")  # to every ask / serve
+PASSED_ON = ("model", "draft", "ctx", "threads", "n_gpu_layers", "flash_attn", "exact")
 
 
 def bench_sessions(file: Path | None, categories: str | None, limit: int | None,
@@ -95,9 +95,11 @@ def _chosen(sessions: list[Session], categories: str | None,
 def _model_flags(settings: Settings) -> tuple[str, ...]:
     flags: list[str] = []
     for name in PASSED_ON:
-        value = settings[name]
-        if value is not None:
-            flags += [BY_NAME[name].flag, BY_NAME[name].show(value)]
+        value, option = settings[name], BY_NAME[name]
+        if option.kind is bool:
+            flags.append(option.flag if value else option.flag.replace("--", "--no-", 1))
+        elif value is not None:
+            flags += [option.flag, option.show(value)]
     return tuple(flags)
 
 

@@ -20,6 +20,8 @@ from specchat.engine.protocol import ContextFullError
 from specchat.errors import ModelError, UsageError
 from specchat.llm.batch import chunk_spans, normalize_rows, rows_in_span
 from specchat.llm.cbuf import log_reason, read_negative_size, read_tokens, token_or_none
+from specchat.llm.context import exact_context
+from specchat.llm.exact import EXACT_ROWS, kv_types
 from specchat.llm.ggml import default_threads
 from specchat.llm.gguf import content_fingerprint
 from specchat.llm.lib import (
@@ -28,7 +30,6 @@ from specchat.llm.lib import (
     ABORTABLE_BATCH,
     LOG,
     NO_ABORT,
-    create_interruptibly,
     eog_tokens,
     gpu_offload_supported,
     model_vocab_info,
@@ -47,13 +48,15 @@ SCAN_FROM = 32
 def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None = None,
                n_threads: int | None = None, n_batch: int = 512,
                flash_attn: bool | None = None, verbose: bool = False,
-               tree_sequences: int | None = None) -> LlamaModel:
+               tree_sequences: int | None = None, exact: bool = False) -> LlamaModel:
     """Load a GGUF file with a fresh, empty KV cache of n_ctx positions.
 
     n_gpu_layers None offloads every layer when the build can, else none. n_ctx 0 means the
     model's trained context; more than that is a UsageError naming the limit. flash_attn None
     leaves it to llama.cpp ("auto"). tree_sequences: how many candidate branches one verify
     may hold (None: TREE_SEQUENCES where layers run on a GPU, else 1, see seqtree.py).
+    exact: verify rows computed bit for bit like single steps where that can hold (every
+    layer on the CPU, flash attention not off: llm/exact.py); `exact_rows` then says so.
     Raises ModelError (one line) for a missing file, a non-GGUF file or a failed load.
     """
     path = Path(path)
@@ -71,13 +74,15 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
         if tree_sequences is None:
             tree_sequences = TREE_SEQUENCES if n_gpu_layers != 0 else 1
         sequences = sequences_for(n_batch, tree_sequences)
-        ctx = _new_context(model, n_ctx, n_batch, n_threads or default_threads(), flash_attn,
-                           sequences)
+        wanted = exact and n_gpu_layers == 0
+        ctx, exact = exact_context(model, n_ctx, n_batch, n_threads or default_threads(),
+                                    flash_attn, sequences, wanted)
     except BaseException:
         llama_cpp.llama_model_free(model)
         raise
     loaded = LlamaModel(path, model, ctx, n_batch, gpu_layers=n_gpu_layers, sequences=sequences)
-    loaded.flash_attn = flash_attn
+    loaded.flash_attn = True if exact else flash_attn
+    loaded.exact_wanted, loaded.exact = wanted, exact
     return loaded
 
 
@@ -88,33 +93,6 @@ def _checked_ctx(n_ctx: int, trained: int, path: Path) -> int:
         raise UsageError(f"--ctx {n_ctx} is more than {path.name} was trained for "
                          f"({trained} tokens); use --ctx {trained} or less (0 means {trained})")
     return n_ctx
-
-
-def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
-                 flash_attn: bool | None = None, sequences: int = 1) -> Any:
-    params = llama_cpp.llama_context_default_params()
-    if flash_attn is not None:
-        params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
-                                  else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
-    params.n_ctx = n_ctx
-    params.n_batch = params.n_ubatch = n_batch  # one llama_decode call = one ubatch
-    # Trees of candidates use a sequence per leaf (seqtree.py); one unified cache serves them
-    # all, so n_ctx is not split between sequences and shared cells are stored once.
-    # llama.cpp reserves an output row per sequence: never more sequences than batch rows.
-    params.n_seq_max = sequences
-    params.kv_unified = True
-    params.n_threads = params.n_threads_batch = n_threads
-    params.no_perf = True
-    if hasattr(params, "swa_full"):
-        # Sliding-window models (Gemma 3) must keep every position, or a rollback could need
-        # cells the window already dropped.
-        params.swa_full = True
-    ctx = create_interruptibly(lambda: llama_cpp.llama_init_from_model(model, params),
-                               llama_cpp.llama_free)
-    if not ctx:
-        raise ModelError(f"llama.cpp could not create a {n_ctx}-token context: "
-                         f"{log_reason(LOG.errors)}")
-    return ctx
 
 
 # --- the model ------------------------------------------------------------------------------------
@@ -140,6 +118,8 @@ class LlamaModel(TreeBatches):
         self._n_batch = min(n_batch, int(llama_cpp.llama_n_batch(ctx)),
                             int(llama_cpp.llama_n_ubatch(ctx)))
         self.flash_attn: bool | None = None  # None: llama.cpp's own choice ("auto")
+        # Verify rows computed like single steps (llm/exact.py); wanted: loaded asking for it.
+        self.exact = self.exact_wanted = False
         self._fingerprint: tuple[tuple[int, ...], str] | None = None  # (stat, content)
         self._tokens: list[int] = []
         self._pieces: dict[int, bytes] = {}
@@ -235,12 +215,19 @@ class LlamaModel(TreeBatches):
         same weights and threads."""
         self._check_open()
         n_threads = int(llama_cpp.llama_n_threads(self._ctx))
-        ctx = _new_context(self._model, self._n_ctx, self._n_batch, n_threads, enabled)
+        ctx, exact = exact_context(self._model, self._n_ctx, self._n_batch, n_threads,
+                                    enabled, self._sequences, self.exact_wanted)
         llama_cpp.llama_free(self._ctx)
         self._ctx, self._mem = ctx, llama_cpp.llama_get_memory(ctx)
         self._tokens.clear()
         self._tree = None
-        self.flash_attn = enabled
+        self.flash_attn, self.exact = (True if exact else enabled), exact
+
+    @property
+    def exact_rows(self) -> int | None:
+        """The most rows a verify batch may hold for its rows to equal single steps bit for
+        bit; None when no size does (not exact)."""
+        return EXACT_ROWS if self.exact else None
 
     def set_threads(self, n: int) -> None:
         """Threads for the next decodes (llama.cpp applies it per call): fewer when other
@@ -276,7 +263,8 @@ class LlamaModel(TreeBatches):
             self._fingerprint = (seen, content_fingerprint(self.path))
         return (f"gguf {self._fingerprint[1]}|"
                 f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')}|"
-                f"gpu layers {self._gpu_layers}|flash attention {self.flash_attn}")
+                f"gpu layers {self._gpu_layers}|flash attention {self.flash_attn}|"
+                f"kv types {kv_types(self.exact)}")
 
     def save_state(self) -> bytes:
         """The KV cache of `tokens` as one opaque blob (load_state puts it back)."""

@@ -31,6 +31,7 @@ class LoadSettings:
     # "auto": llama.cpp's default unless a confirmed measurement says otherwise; "on"/"off"
     # pin it (backend/tuning.py decides what auto means for a model file).
     flash_attn: str = field(default=BY_NAME["flash_attn"].default)
+    exact: bool = field(default=BY_NAME["exact"].default)  # llm/exact.py
     quiet: bool = False  # no notes on stderr (one-shot answers to a pipe, JSON output)
     # The drafting store (backend/draftstore.py): read and written, its size, and whether
     # this session may write anything of what is asked or answered.
@@ -49,7 +50,8 @@ class LoadSettings:
 
         return cls(model=get("model"), draft=get("draft"), spec=Spec(get("spec")),
                    n_ctx=get("ctx"), n_gpu_layers=get("n_gpu_layers"), threads=get("threads"),
-                   verbose=bool(get("verbose")), flash_attn=get("flash_attn"), quiet=quiet,
+                   verbose=bool(get("verbose")), flash_attn=get("flash_attn"),
+                   exact=bool(get("exact")), quiet=quiet,
                    draft_history=bool(get("draft_history")), draft_store=get("draft_store"),
                    private=bool(get("private")))
 
