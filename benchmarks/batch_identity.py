@@ -42,15 +42,36 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--depths", default="40,700,2000")
     ap.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto")
+    ap.add_argument("--exact", action="store_true")
+    ap.add_argument("--threads-too", action="store_true")
     args = ap.parse_args()
     fa = {"auto": None, "on": True, "off": False}[args.flash_attn]
-    model = load_model(args.model, n_ctx=4096, n_threads=args.threads, flash_attn=fa)
-    rng = np.random.default_rng(0)
+    model = load_model(args.model, n_ctx=4096, n_threads=args.threads, flash_attn=fa,
+                       n_gpu_layers=0, exact=args.exact)
+    label = f"{args.model.name} threads={args.threads} flash-attn={model.flash_attn} " \
+            f"exact={model.exact}"
     for depth in (int(d) for d in args.depths.split(",")):
-        print(f"{args.model.name} threads={args.threads} flash-attn={args.flash_attn} "
-              + compare(model, depth, rng, range(2, 10)), flush=True)
+        print(f"{label} " + compare(model, depth, np.random.default_rng(depth), range(2, 10)),
+              flush=True)
+    if args.threads_too:
+        one = load_model(args.model, n_ctx=4096, n_threads=1, flash_attn=fa, n_gpu_layers=0,
+                         exact=args.exact)
+        for depth in (int(d) for d in args.depths.split(",")):
+            a, b = (singles(m, depth, np.random.default_rng(depth)) for m in (model, one))
+            print(f"{label} depth {depth}: single steps at {args.threads} and 1 threads: "
+                  + ("=" if np.array_equal(a, b) else f"{float(np.abs(a - b).max()):.3f}"))
+        one.close()
     model.close()
     return 0
+
+
+def singles(model: object, depth: int, rng: np.random.Generator) -> np.ndarray:
+    """Logits of 4 single steps after a random prompt of `depth` tokens."""
+    m = model
+    m.truncate(0)  # type: ignore[attr-defined]
+    m.eval(rng.integers(100, 20000, depth).tolist(), [])  # type: ignore[attr-defined]
+    return np.stack([m.eval([t], [0])[0].copy()  # type: ignore[attr-defined]
+                     for t in rng.integers(100, 20000, 4).tolist()])
 
 
 if __name__ == "__main__":

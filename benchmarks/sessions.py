@@ -12,11 +12,12 @@ from each session's second request on. No timing noise: only the cost table is a
 
     python benchmarks/sessions.py collect OUT.json [SESSIONS.jsonl] -n 256
     python benchmarks/sessions.py replay OUT.json [--table cpu|gpu|R1,R2,...] [-n 128]
-        [--modes ngram,auto,nohistory,chains]
+        [--modes ngram,auto,nohistory,chains] [--draft-max K]
 
 Modes: `auto` (with the store; trees where the target verifies them), `chains` (the store,
 chains only), `nohistory` (auto as it was: prompt lookup only), `ngram`. `--table gpu`
 prices a batch of n at 1 + 0.03 (n - 1) steps; `cpu` is replay.py's quiet 2-core table.
+`--draft-max 2` is what an exact CPU target allows (llm/exact.py: 3 rows per verify).
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def _remap(sessions: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
 
 
 def replay_session(session: dict[str, Any], mode: str, table: CostTable, vocab: int,
-                   max_tokens: int) -> list[dict[str, Any]]:
+                   max_tokens: int, draft_max: int = 16) -> list[dict[str, Any]]:
     """Every request of a session in order; per request what the mode cost on the clock."""
     segments: list[Segment] = []
     learnt: dict[str, Any] = {}
@@ -171,7 +172,7 @@ def replay_session(session: dict[str, Any], mode: str, table: CostTable, vocab: 
         state.import_acceptance(learnt)
         history = SuffixIndex(list(segments), vocab) if mode in ("auto", "chains") else None
         spec = "ngram" if mode == "ngram" else "auto"
-        options = GenerationOptions(max_tokens=len(answer), spec=spec)
+        options = GenerationOptions(max_tokens=len(answer), spec=spec, draft_max=draft_max)
         hooks = Hooks(clock=lambda now=now: now[0], auto=state, history=history)
         if mode == "oracle":
             oracle = Oracle(answer, len(prompt), table, SuffixIndex(list(segments), vocab))
@@ -195,7 +196,7 @@ def replay(args: argparse.Namespace) -> int:
     sums: dict[str, dict[str, list[float]]] = {}
     for s in sessions:
         for mode in modes:
-            rows = replay_session(s, mode, table, vocab, args.max_tokens)[1:]
+            rows = replay_session(s, mode, table, vocab, args.max_tokens, args.draft_max)[1:]
             plain = sum(r["tokens"] for r in rows) * table.cost(1)
             for key in (s["session"], "overall"):
                 cell = sums.setdefault(key, {}).setdefault(mode, [0.0, 0.0, 0.0, 0.0])
@@ -259,6 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--table", default="cpu")
     r.add_argument("-n", "--max-tokens", type=int, default=128)
     r.add_argument("--modes", default="nohistory,chains,auto")
+    r.add_argument("--draft-max", type=int, default=16)
     lk = sub.add_parser("lookups")
     lk.add_argument("data")
     lk.add_argument("-n", "--max-tokens", type=int, default=128)

@@ -9,7 +9,7 @@ from pathlib import Path
 from specchat.backend.tuning import Calibration
 from specchat.commands.bench_sessions import _model_flags
 from specchat.engine.events import Finished
-from specchat.engine.options import GenerationOptions
+from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.settings.file import Settings
 from specchat.settings.load import LoadSettings
 from specchat.settings.schema import BY_NAME
@@ -19,13 +19,14 @@ from tests.fake_runtime import encode, fake_model, fake_runtime
 REPEATS = "abcdefghij" * 12
 
 
-def verify_sizes(exact_rows: int | None) -> list[int]:
+def verify_sizes(exact_rows: int | None, temperature: float = 0.0) -> list[int]:
     target = fake_model()
     target.exact_rows = exact_rows
     runtime = fake_runtime(target)
     prompt = encode(REPEATS)
+    sampling = SamplingOptions(temperature=temperature, top_k=1, seed=1)
     *_, fin = runtime.stream(prompt, GenerationOptions(max_tokens=60, spec="ngram",
-                                                       draft_max=8))
+                                                       draft_max=8, sampling=sampling))
     assert isinstance(fin, Finished) and fin.stats.drafted > 0
     return target.eval_calls[1:]  # the first call is the prefill
 
@@ -36,6 +37,10 @@ def test_an_exact_target_never_verifies_more_rows_than_it_computes_exactly() -> 
 
 def test_negative_control_a_plain_target_verifies_longer_batches() -> None:
     assert max(verify_sizes(None)) > 3
+
+
+def test_a_sampled_answer_keeps_longer_batches_its_distribution_is_exact_anyway() -> None:
+    assert max(verify_sizes(3, temperature=1.0)) > 3
 
 
 def test_exact_is_on_by_default_and_reaches_the_load_settings() -> None:

@@ -271,9 +271,10 @@ class Runtime(Backend):
             raise UsageError(f"{self.info.target_name} is a recurrent/hybrid model whose cache "
                              "cannot be rolled back: speculation is off for it (use --spec off)")
         # An exact target computes verify rows like single steps only up to so many rows
-        # (llm/exact.py): longer drafts would change what a greedy answer says.
+        # (llm/exact.py): longer drafts could change what a greedy answer says. A sampled
+        # answer has the target's distribution either way, so it keeps the cheaper batches.
         rows = getattr(self.target, "exact_rows", None)
-        if rows is not None and options.draft_max > rows - 1:
+        if rows is not None and options.sampling.greedy and options.draft_max > rows - 1:
             return options.with_values(draft_max=rows - 1)
         return options
 

@@ -110,10 +110,7 @@ def measured_auto_state(tuned: Tuned, *, force: bool = False
                   "batch sizes measured so far)", file=sys.stderr, flush=True)
 
     quiet = machine_quiet(settings)
-    # An exact target never verifies more than exact_rows at once: the rest is not measured.
-    rows = tuned.target.exact_rows
-    sizes = TARGET_SIZES if rows is None else tuple(n for n in TARGET_SIZES if n <= rows)
-    target = cost_table(tuned.target, tuned.target_path, sizes, knobs, cal.cache,
+    target = cost_table(tuned.target, tuned.target_path, TARGET_SIZES, knobs, cal.cache,
                         force=force, budget=START_BUDGET, quiet=quiet, announce=announce)
     draft = None
     if tuned.draft is not None and tuned.draft_path is not None:

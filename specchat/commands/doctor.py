@@ -155,10 +155,23 @@ def _flash_rows() -> list[tuple[str, str]]:
     from specchat.paths import calibration_file
     from specchat.settings.file import resolve
 
-    settings = resolve(["flash_attn"], {})
+    settings = resolve(["flash_attn", "exact"], {})
     measured = {k: v for k, v in CalibrationCache(calibration_file()).read().items()
                 if k.startswith("flash-attn-")}
-    return describe(settings["flash_attn"], settings.sources["flash_attn"], measured)
+    return [*describe(settings["flash_attn"], settings.sources["flash_attn"], measured),
+            ("exact", _exact_meaning(settings["exact"], settings["flash_attn"]) +
+             f" ({settings.sources['exact']})")]
+
+
+def _exact_meaning(exact: bool, flash_attn: str) -> str:
+    if not exact:
+        return "off: verify batches of any size; greedy answers may differ from --spec off " \
+               "at near-ties"
+    if flash_attn == "off":
+        return "asked for, but flash attention is pinned off, without which no batch is " \
+               "exact: greedy answers may differ from --spec off at near-ties"
+    return "on for targets on the CPU (V cache bf16, at most 3 rows per verify): greedy " \
+           "answers equal --spec off's; not applied to layers on a GPU"
 def _draft_store_rows() -> list[tuple[str, str]]:
     """Where earlier prompts and answers are kept for `auto` to draft from, and how big."""
     from specchat.backend.draftstore import usage_by_vocabulary
