@@ -130,7 +130,10 @@ def test_a_first_start_measures_briefly_and_keeps_llamas_flash_attention(
     [table] = _tables(tmp_path)
     assert Samples.from_entry(table).best  # some sizes measured, the rest on later starts
     verbose = _specchat(["ask", "-m", str(smol), "-n", "1", "--verbose", "hi"], tmp_path)
-    assert "flash_attn            = auto" in verbose.stderr  # llama.cpp's default
+    assert "flash_attn            = enabled" in verbose.stderr  # exact keeps it on
+    plain = _specchat(["ask", "-m", str(smol), "-n", "1", "--verbose", "--no-exact", "hi"],
+                      tmp_path)
+    assert "flash_attn            = auto" in plain.stderr  # llama.cpp's default
     pinned = _specchat(["ask", "-m", str(smol), "-n", "1", "--verbose", "--flash-attn", "off",
                         "hi"], tmp_path)
     assert "flash_attn            = disabled" in pinned.stderr
