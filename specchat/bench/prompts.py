@@ -17,6 +17,7 @@ from pathlib import Path
 
 from specchat.engine.options import Structure
 from specchat.errors import UsageError
+from specchat.llm.shapes import ShapeError, schema_text
 
 BUILTIN_NAME = "default_prompts.jsonl"
 JSON_NAME = "json_prompts.jsonl"  # the built-in set of schema-constrained prompts
@@ -91,10 +92,12 @@ def _parse_line(line: str, where: str) -> BenchPrompt:
             or not turns[0].strip():
         raise UsageError(f"{where}: turns must be a list whose first item is non-empty text")
     schema = record.get("schema")
-    if schema is not None and not isinstance(schema, (dict, bool)):
-        raise UsageError(f"{where}: schema must be a JSON schema object")
+    try:
+        text = None if schema is None else schema_text(schema, "schema")
+    except ShapeError as exc:
+        raise UsageError(f"{where}: {exc.message}") from None
     return BenchPrompt(question_id=str(qid), category=category.strip(), text=turns[0],
-                       schema=None if schema is None else json.dumps(schema))
+                       schema=text)
 
 
 def categories_of(prompts: Sequence[BenchPrompt]) -> list[str]:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from specchat.errors import UsageError
-from specchat.llm.shapes import ShapeError, response_structure, toolset_of
+from specchat.llm.shapes import ShapeError, schema_text, toolset_of
 
 BUILTIN_SESSIONS = "default_sessions.jsonl"
 
@@ -97,14 +97,12 @@ def _shape(session: Session, record: dict[str, Any], where: str) -> None:
     given: dict[str, Any] = {}
     try:
         if record.get("schema") is not None:
-            structure = response_structure({"type": "json_object",
-                                            "schema": record["schema"]})
-            given["schema"] = structure.text if structure else None
+            given["schema"] = schema_text(record["schema"], "schema")
         if record.get("tools") or record.get("tool_choice") is not None:
             toolset_of(record.get("tools"), record.get("tool_choice"), None)
             given.update((k, record[k]) for k in ("tools", "tool_choice") if k in record)
     except ShapeError as exc:
-        raise UsageError(f"{where}: {exc.message.replace('response_format.', '')}") from None
+        raise UsageError(f"{where}: {exc.message}") from None
     for key, value in given.items():
         if getattr(session, key) not in (None, value):
             raise UsageError(f"{where}: {key} differs from what an earlier line of session "

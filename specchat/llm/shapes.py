@@ -20,20 +20,20 @@ class ShapeError(ValueError):
 
 
 def response_structure(response_format: Any, json_schema: Any = None,
-                 grammar: Any = None) -> Structure | None:
+                       grammar: Any = None) -> Structure | None:
     """What the answer must be; None for free text."""
     if grammar is not None:
         if not isinstance(grammar, str) or not grammar.strip():
             raise ShapeError("grammar must be a GBNF or Lark grammar as a string",
-                              param="grammar")
+                             param="grammar")
         return Structure("grammar", grammar)
     if json_schema is not None:  # llama-server's shorthand
-        return Structure("json_schema", _schema_text(json_schema, "json_schema"))
+        return Structure("json_schema", schema_text(json_schema, "json_schema"))
     if response_format is None:
         return None
     if not isinstance(response_format, dict):
         raise ShapeError("response_format must be an object like {\"type\": \"json_object\"}",
-                          param="response_format")
+                         param="response_format")
     kind = response_format.get("type")
     if kind == "text":
         return None
@@ -41,21 +41,22 @@ def response_structure(response_format: Any, json_schema: Any = None,
         schema = response_format.get("schema")  # llama-server accepts a schema here too
         if schema is None:
             return Structure("json")
-        return Structure("json_schema", _schema_text(schema, "response_format.schema"))
+        return Structure("json_schema", schema_text(schema, "response_format.schema"))
     if kind == "json_schema":
         spec = response_format.get("json_schema")
         if not isinstance(spec, dict) or "schema" not in spec:
             raise ShapeError("response_format.json_schema needs a \"schema\" object (and a "
-                              "\"name\")", param="response_format.json_schema")
+                             "\"name\")", param="response_format.json_schema")
         strict = spec.get("strict")
-        return Structure("json_schema", _schema_text(spec["schema"],
+        return Structure("json_schema", schema_text(spec["schema"],
                                                      "response_format.json_schema.schema"),
                          strict=strict is not False)
     raise ShapeError(f"response_format.type {kind!r} is not supported: use text, "
-                      "json_object or json_schema", param="response_format.type")
+                     "json_object or json_schema", param="response_format.type")
 
 
-def _schema_text(schema: Any, param: str) -> str:
+def schema_text(schema: Any, param: str) -> str:
+    """A JSON schema (an object, or true/false) as the text a Structure holds."""
     if not isinstance(schema, (dict, bool)):
         raise ShapeError(f"{param} must be a JSON schema object", param=param)
     return json.dumps(schema, ensure_ascii=False)
@@ -66,11 +67,11 @@ def toolset_of(tools: Any, choice: Any, parallel: Any) -> ToolSet | None:
     if not tools:
         if choice not in (None, "none", "auto"):
             raise ShapeError("tool_choice asks for a tool call, but the request has no "
-                              "tools", param="tool_choice")
+                             "tools", param="tool_choice")
         return None
     if not isinstance(tools, list):
         raise ShapeError("tools must be a list of {\"type\": \"function\", ...}",
-                          param="tools")
+                         param="tools")
     parsed = tuple(_tool(tool, i) for i, tool in enumerate(tools))
     names = [t.name for t in parsed]
     if len(set(names)) != len(names):
@@ -84,22 +85,22 @@ def _tool(tool: Any, i: int) -> Tool:
     if not isinstance(tool, dict) or tool.get("type") != "function":
         kind = tool.get("type") if isinstance(tool, dict) else None
         raise ShapeError(f"{where}.type {kind!r} is not supported: only function tools",
-                          param=f"{where}.type")
+                         param=f"{where}.type")
     function = tool.get("function")
     if not isinstance(function, dict):
         raise ShapeError(f"{where}.function must be an object", param=f"{where}.function")
     name = function.get("name")
     if not isinstance(name, str) or not NAME.match(name):
         raise ShapeError(f"{where}.function.name must be 1-64 letters, digits, _ . : or -",
-                          param=f"{where}.function.name")
+                         param=f"{where}.function.name")
     params = function.get("parameters") or {"type": "object"}
     if not isinstance(params, dict):
         raise ShapeError(f"{where}.function.parameters must be a JSON schema object",
-                          param=f"{where}.function.parameters")
+                         param=f"{where}.function.parameters")
     description = function.get("description") or ""
     if not isinstance(description, str):
         raise ShapeError(f"{where}.function.description must be a string",
-                          param=f"{where}.function.description")
+                         param=f"{where}.function.description")
     return Tool(name, description, params, strict=function.get("strict") is True)
 
 
@@ -109,12 +110,12 @@ def _choice(choice: Any, names: list[str]) -> str:
     if isinstance(choice, str):
         if choice not in CHOICES:
             raise ShapeError(f"tool_choice {choice!r}: use auto, none, required or "
-                              "{\"type\": \"function\", \"function\": {\"name\": ...}}",
-                              param="tool_choice")
+                             "{\"type\": \"function\", \"function\": {\"name\": ...}}",
+                             param="tool_choice")
         return choice
     function = choice.get("function") if isinstance(choice, dict) else None
     name = function.get("name") if isinstance(function, dict) else None
     if name not in names:
         raise ShapeError(f"tool_choice names {name!r}, which is not among the tools",
-                          param="tool_choice")
+                         param="tool_choice")
     return str(name)
