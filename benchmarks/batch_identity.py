@@ -21,11 +21,7 @@ from specchat.llm import load_model
 
 def compare(model: object, depth: int, rng: np.random.Generator, sizes: range) -> str:
     m = model
-    m.truncate(0)  # type: ignore[attr-defined]
-    prompt = rng.integers(100, 20000, depth).tolist()
-    m.eval(prompt, [depth - 1])  # type: ignore[attr-defined]
-    tokens = rng.integers(100, 20000, max(sizes)).tolist()
-    alone = np.stack([m.eval([t], [0])[0] for t in tokens])  # type: ignore[attr-defined]
+    tokens, alone = singles(model, depth, rng, max(sizes))
     m.truncate(depth)  # type: ignore[attr-defined]
     cells = []
     for n in sizes:
@@ -57,7 +53,7 @@ def main() -> int:
         one = load_model(args.model, n_ctx=4096, n_threads=1, flash_attn=fa, n_gpu_layers=0,
                          exact=args.exact)
         for depth in (int(d) for d in args.depths.split(",")):
-            a, b = (singles(m, depth, np.random.default_rng(depth)) for m in (model, one))
+            a, b = (singles(m, depth, np.random.default_rng(depth), 4)[1] for m in (model, one))
             print(f"{label} depth {depth}: single steps at {args.threads} and 1 threads: "
                   + ("=" if np.array_equal(a, b) else f"{float(np.abs(a - b).max()):.3f}"))
         one.close()
@@ -65,13 +61,16 @@ def main() -> int:
     return 0
 
 
-def singles(model: object, depth: int, rng: np.random.Generator) -> np.ndarray:
-    """Logits of 4 single steps after a random prompt of `depth` tokens."""
+def singles(model: object, depth: int, rng: np.random.Generator, n: int
+            ) -> tuple[list[int], np.ndarray]:
+    """n random tokens after a random prompt of `depth` tokens, and their logits one
+    single-token step at a time (the model then holds the prompt and the tokens)."""
     m = model
     m.truncate(0)  # type: ignore[attr-defined]
     m.eval(rng.integers(100, 20000, depth).tolist(), [])  # type: ignore[attr-defined]
-    return np.stack([m.eval([t], [0])[0].copy()  # type: ignore[attr-defined]
-                     for t in rng.integers(100, 20000, 4).tolist()])
+    tokens = rng.integers(100, 20000, n).tolist()
+    return tokens, np.stack([m.eval([t], [0])[0].copy()  # type: ignore[attr-defined]
+                             for t in tokens])
 
 
 if __name__ == "__main__":

@@ -162,14 +162,20 @@ def assert_near_tie(target: LlamaModel, context: list[int], plain: int, spec: in
 def batch_noise(model: LlamaModel, context: list[int], width: int = 5) -> float:
     """How far the same logits rows move between one-token steps and one batch of `width`
     (the two ways plain and speculative decoding compute them): the float noise scale."""
-    base = context[:-width]
+    single, batch = single_and_batch(model, context[:-width], context[-width:])
+    return float(np.max(np.abs(single - batch)))
+
+
+def single_and_batch(model: LlamaModel, prompt: list[int], tokens: list[int]
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """The logits of `tokens` one step at a time, and as one batch, after `prompt`."""
     model.truncate(0)
-    model.eval(base, [])
-    single = [model.eval([t], [0])[0].copy() for t in context[-width:]]
-    model.truncate(len(base))
-    batch = model.eval(context[-width:], list(range(width)))
+    model.eval(prompt, [])
+    single = np.stack([model.eval([t], [0])[0].copy() for t in tokens])
+    model.truncate(len(prompt))
+    batch = model.eval(tokens, list(range(len(tokens)))).copy()
     model.truncate(0)
-    return float(max(np.max(np.abs(a - b)) for a, b in zip(single, batch)))
+    return single, batch
 
 
 def check_greedy_equivalence(target: LlamaModel, draft: LlamaModel | None, modes: list[str],

@@ -12,7 +12,7 @@ import pytest
 
 from specchat.engine.options import GenerationOptions
 from specchat.engine.protocol import common_prefix
-from tests.test_engine_real import PROMPTS, answer, prompt_of
+from tests.test_engine_real import PROMPTS, answer, prompt_of, single_and_batch
 
 backend = pytest.importorskip("specchat.llm.model")
 files = pytest.importorskip("specchat.llm.files")
@@ -36,18 +36,6 @@ def exact(smol_path: Path) -> Iterator[LlamaModel]:
         yield model
 
 
-def rows(model: LlamaModel, prompt: list[int], tokens: list[int], size: int
-         ) -> tuple[np.ndarray, np.ndarray]:
-    """The logits of `tokens[:size]` one step at a time, and as one batch, after `prompt`."""
-    model.truncate(0)
-    model.eval(prompt, [])
-    single = np.stack([model.eval([t], [0])[0].copy() for t in tokens[:size]])
-    model.truncate(len(prompt))
-    batch = model.eval(tokens[:size], list(range(size))).copy()
-    model.truncate(0)
-    return single, batch
-
-
 def random_context(seed: int) -> tuple[list[int], list[int]]:
     rng = np.random.default_rng(seed)
     return rng.integers(100, 20000, DEPTH).tolist(), rng.integers(100, 20000, 3).tolist()
@@ -57,17 +45,17 @@ def test_an_exact_targets_verify_rows_are_single_steps_bit_for_bit(exact: LlamaM
     assert exact.exact_rows == 3 and exact.flash_attn is True
     prompt, tokens = random_context(0)
     for size in range(2, exact.exact_rows + 1):
-        single, batch = rows(exact, prompt, tokens, size)
+        single, batch = single_and_batch(exact, prompt, tokens[:size])
         assert np.array_equal(single, batch), f"a batch of {size} is not single steps"
 
 
 def test_an_exact_targets_steps_do_not_depend_on_the_thread_count(
         exact: LlamaModel, smol_path: Path) -> None:
     prompt, tokens = random_context(1)
-    two, _ = rows(exact, prompt, tokens, 3)
+    two, _ = single_and_batch(exact, prompt, tokens)
     with backend.load_model(smol_path, n_ctx=2048, n_threads=1, n_gpu_layers=0,
                             exact=True) as one_thread:
-        one, _ = rows(one_thread, prompt, tokens, 3)
+        one, _ = single_and_batch(one_thread, prompt, tokens)
     assert np.array_equal(one, two)
 
 
@@ -76,7 +64,8 @@ def test_negative_control_a_plain_target_differs_there(smol_path: Path) -> None:
     with backend.load_model(smol_path, n_ctx=2048, n_threads=THREADS, n_gpu_layers=0,
                             flash_attn=True) as plain:
         assert plain.exact_rows is None
-        differ = [not np.array_equal(*rows(plain, prompt, tokens, size)) for size in (2, 3)]
+        differ = [not np.array_equal(*single_and_batch(plain, prompt, tokens[:size]))
+                  for size in (2, 3)]
     assert all(differ), "the split-KV path did not show: this control checks nothing"
 
 

@@ -170,8 +170,12 @@ def _exact_meaning(exact: bool, flash_attn: str) -> str:
     if flash_attn == "off":
         return "asked for, but flash attention is pinned off, without which no batch is " \
                "exact: greedy answers may differ from --spec off at near-ties"
-    return "on for targets on the CPU (V cache bf16, at most 3 rows per verify): greedy " \
-           "answers equal --spec off's; not applied to layers on a GPU"
+    from specchat.llm.exact import EXACT_ROWS
+
+    return f"on for targets on the CPU (V cache bf16, at most {EXACT_ROWS} rows per greedy " \
+           "verify): greedy answers equal --spec off's; not applied to layers on a GPU"
+
+
 def _draft_store_rows() -> list[tuple[str, str]]:
     """Where earlier prompts and answers are kept for `auto` to draft from, and how big."""
     from specchat.backend.draftstore import usage_by_vocabulary
