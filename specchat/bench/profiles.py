@@ -19,12 +19,14 @@ up) at least n / prefill_tokens_per_second.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from specchat import storage
 from specchat.backend.calibration import DRAFT_SIZES, TARGET_SIZES, table_from
 from specchat.engine.auto import AutoState
 from specchat.engine.cost import MAX_N, CostTable
@@ -93,10 +95,15 @@ def _folder() -> Any:
 def load(value: str) -> CostProfile:
     """A profile file, or a built-in profile by name."""
     path = Path(value)
-    if path.is_file():
+    if os.path.lexists(path):  # a file of that name goes first, whatever it is
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            data = json.loads(storage.read_text(path, storage.SETTINGS_LIMIT))
+        except FileNotFoundError:
+            raise UsageError(f"{path}: a link to no file; give a cost profile file or a "
+                             "built-in name") from None
+        except storage.StorageError as exc:
+            raise UsageError(f"{exc}; give a cost profile file or a built-in name") from None
+        except (ValueError, RecursionError) as exc:
             raise UsageError(f"{path}: not a readable cost profile ({exc})") from None
         return parse(data, str(path))
     if value in builtin_names():

@@ -46,6 +46,7 @@ FORMAT = "specchat-acceptance-recording"
 VERSION = 1
 ROWS_PER_EVAL = 64  # logits rows per teacher-forced eval: 64 x 152k floats is 39 MB
 MAX_IDS = 1 << 24  # no real vocabulary comes near; a bigger id is a corrupt file
+FILE_LIMIT = 512 << 20  # a recording's bytes at most (the built-in ones are 40-150 KB)
 
 
 @dataclass(frozen=True)
@@ -168,11 +169,14 @@ def save(recording: Recording, path: Path) -> None:
 def load(path: Path) -> Recording:
     """A recording file, checked: anything malformed is one usage error naming the file."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(storage.read_text(path, FILE_LIMIT))
     except FileNotFoundError:
         raise UsageError(f"{path}: no such recording (make one with specchat bench "
                          "--record FILE)") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except storage.StorageError as exc:
+        raise UsageError(f"{exc}; give a recording made by `specchat bench --record FILE`") \
+            from None
+    except (ValueError, RecursionError) as exc:
         raise UsageError(f"{path}: not a readable recording ({exc})") from None
     return parse(data, str(path))
 
