@@ -149,10 +149,12 @@ def _costs(value: object, where: str) -> ModelCosts:
                                           minimum=1e-9))
 
 
-def _number(value: Any, where: str, minimum: float) -> float:
+def _number(value: Any, where: str, minimum: float, maximum: float = 1e9) -> float:
+    """A finite number in [minimum, maximum]; the refusal names both ends."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            minimum <= value < 1e9):
-        raise UsageError(f"{where} must be a number >= {minimum:g}")
+            minimum <= value <= maximum):
+        raise UsageError(f"{where} must be a number from {minimum:g} to {maximum:g} "
+                         f"(got {str(value)[:40]})")
     return float(value)
 
 
