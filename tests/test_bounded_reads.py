@@ -7,6 +7,8 @@ import os
 import resource
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,36 @@ def test_a_schema_file_past_the_limit_is_refused_in_the_chat_too(tmp_path: Path)
     with pytest.raises(UsageError, match="too large"):  # the REPL shows it as one line
         commands.dispatch(chat, f"/set schema {big}")
     assert chat.options.structure is None
+
+
+def _returns(call: Callable[[], object], fifo: Path) -> object:
+    """What `call` returns, failing (and unblocking it) if it blocks on `fifo`."""
+    got: list[object] = []
+    worker = threading.Thread(target=lambda: got.append(call()), daemon=True)
+    worker.start()
+    worker.join(20)
+    if worker.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail(f"reading {fifo.name} blocked on a FIFO")
+    return got[0]
+
+
+def test_cache_files_that_are_fifos_count_as_missing(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from specchat.models import hfcache, store
+    from specchat.paths import hub_records_file
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path / "home"))
+    refs = hfcache.repo_dir("me/x-GGUF") / "refs"
+    refs.mkdir(parents=True)
+    (refs.parent / "snapshots" / "abc").mkdir(parents=True)
+    os.mkfifo(refs / "main")
+    assert _returns(lambda: hfcache._snapshots("me/x-GGUF", "main"), refs / "main") == \
+        [refs.parent / "snapshots" / "abc"]
+    hub_records_file().parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(hub_records_file())
+    assert _returns(hfcache.load_records, hub_records_file()) == {}
+    model = tmp_path / "m.gguf"
+    os.mkfifo(store.sidecar_path(model))
+    assert _returns(lambda: store.recorded_sha256(model), store.sidecar_path(model)) is None
