@@ -16,6 +16,8 @@ settings, `/save` and exports) goes through here, so the rules hold everywhere a
 - Only regular files are ever replaced: a device, a FIFO or a directory at the path is
   refused, and a symlink (a dotfiles setup) is written through, atomically at its target, so
   the link stays a link. Temporary files left by a killed writer are removed by the next one.
+- A lock file is a regular file opened without following a link or blocking on a FIFO, and
+  never deleted (a process waiting on a deleted lock would hold a lock nobody else sees).
 - Reads of the user's files are bounded: `read_limited` refuses devices (and FIFOs, unless
   asked to take pipes) and stops at a size limit, so /dev/zero or a FIFO nobody writes to
   can neither fill the memory nor hang a command.
@@ -23,6 +25,7 @@ settings, `/save` and exports) goes through here, so the rules hold everywhere a
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -30,6 +33,7 @@ import re
 import secrets
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from specchat.errors import SpecchatError
@@ -231,6 +235,17 @@ def read_limited(path: Path, limit: int, *, pipes: bool = False) -> bytes:
         os.close(fd)
 
 
+def read_text(path: Path, limit: int) -> str:
+    """A user's UTF-8 text file, read as `read_limited` reads (no FIFO, no device, at most
+    `limit` bytes); StorageError when it is not UTF-8 text either."""
+    data = read_limited(path, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _unreadable(path, f"is not UTF-8 text ({exc.reason} at byte {exc.start})") \
+            from None
+
+
 def _read_bounded(fd: int, path: Path, limit: int) -> bytes:
     size = f"{limit // (1024 * 1024)} MiB" if limit >= 1024 * 1024 else f"{limit} bytes"
     if os.fstat(fd).st_size > limit:
@@ -331,6 +346,33 @@ def ensure_private(path: Path) -> None:
             os.chmod(path, PRIVATE_FILE)
     except OSError:
         pass
+
+
+@contextlib.contextmanager
+def locked(path: Path, *, wait: bool, private: bool = True) -> Iterator[bool]:
+    """An exclusive lock on `path` (created if missing) for the `with` block: True when held,
+    False when another process holds it and `wait` is False. StorageError when `path` cannot
+    be a lock file (a FIFO, a directory, a link, a read-only place)."""
+    path = Path(path)
+    make_dirs(path.parent, private=private)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, PRIVATE_FILE if private else SHARED_FILE)
+    except OSError as exc:
+        raise StorageError(f"cannot lock {path}: {describe(exc)}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise StorageError(f"cannot lock {path}: it is {file_kind(mode)}, not a regular "
+                               "file")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # closing drops the lock
 
 
 def fsync_dir(path: Path) -> None:

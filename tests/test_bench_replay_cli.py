@@ -102,3 +102,18 @@ def test_a_recording_replays_what_the_engine_really_does(
             replayed = replay_mode(item, recording, gpu_profile(), spec)
             assert (replayed.steps, replayed.drafted, replayed.accepted) == (
                 fin.stats.steps, fin.stats.drafted, fin.stats.accepted), spec
+
+
+def test_a_recording_whose_max_tokens_disagrees_is_one_line_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib import resources
+
+    shipped = resources.files("specchat.bench").joinpath("recordings", "builtin.json")
+    data = json.loads(shipped.read_text(encoding="utf-8"))
+    data["max_tokens"] += 50  # its answers cut at the old limit could not end there now
+    path = tmp_path / "longer.json"
+    path.write_text(json.dumps(data))
+    code, out, err = run_cli(["bench", "--recording", str(path), "--cost-profile",
+                              "cpu-2core-qwen1.5b"], capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "max_tokens" in err and "disagrees" in err and "RuntimeError" not in err

@@ -165,3 +165,31 @@ def test_real_sessions_run_through_processes_or_a_server(
         assert isinstance(json.loads(texts["ages", i])["age"], int)
         if via == "serve":
             assert '"get_weather"' in texts["calls", i]
+
+
+FAKE_ASK = """
+import json, os, sys
+os.makedirs(os.environ["SPECCHAT_DRAFT_STORE_DIR"], exist_ok=True)  # as a real ask's store
+print(json.dumps({"text": "ok", "tokens": [1], "stats": {"generated": 1,
+                  "decode_seconds": 0.1, "steps": 1}}))
+"""
+
+
+def test_a_session_name_never_becomes_a_path(tmp_path: Path) -> None:
+    from specchat.bench.session_runner import Launch, run_sessions, store_folder
+    from specchat.bench.sessions import Session
+
+    work = tmp_path / "a" / "b" / "work"
+    work.mkdir(parents=True)
+    outside = tmp_path / "outside"
+    names = [str(outside / "x"), "../../../escape", "..", "sql shop", "sql_shop", ".hidden"]
+    sessions = [Session(name, "c", None, ["q"]) for name in names]
+    launch = Launch((sys.executable, "-c", FAKE_ASK), (), 4)
+    outcomes = run_sessions(sessions, ["off"], launch, work)
+    assert [o.session for o in outcomes] == names
+    made = sorted(p.name for p in work.iterdir())
+    assert len(made) == len(names)  # one folder each, names that differ stay apart
+    assert all(p.is_dir() and not p.name.startswith(".") for p in work.iterdir())
+    assert not outside.exists() and not (tmp_path / "escape-off").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+    assert store_folder("..", "off") in made and "/" not in "".join(made)

@@ -3,14 +3,19 @@ safe with several writers at once and after a crash, and forgetful when asked.""
 
 from __future__ import annotations
 
+import errno
+import json
 import multiprocessing
 import os
 import signal
 import stat
+import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -105,7 +110,7 @@ def test_forget_everywhere_covers_every_vocabulary(tmp_path: Path) -> None:
     assert forget_everywhere({tag_of("secret")}, tmp_path / "missing") == 0
 
 
-def test_torn_foreign_and_garbled_files_are_ignored_then_cleaned(tmp_path: Path) -> None:
+def test_torn_files_are_cleaned_and_what_is_not_provably_ours_is_kept(tmp_path: Path) -> None:
     s = store(tmp_path)
     s.append([1, 2, 3], 1)
     folder = tmp_path / VOCAB
@@ -116,14 +121,104 @@ def test_torn_foreign_and_garbled_files_are_ignored_then_cleaned(tmp_path: Path)
     foreign.append([9, 9, 9], 2)
     for p in (tmp_path / ("f" * 16)).glob(f"*{SUFFIX}"):
         p.rename(folder / p.name)  # another vocabulary's segment in the wrong place
-    stale = folder / ".x.123.tmp"
+    stale = folder / f".0-x{SUFFIX}.123.0badcafe.tmp"  # what storage names a temporary
     stale.write_bytes(b"half a segment")
     os.utime(stale, (time.time() - 3600, time.time() - 3600))
     assert records(store(tmp_path)) == [[1, 2, 3]]
     store(tmp_path).append([4, 5, 6], 3)  # tidies up while it holds the lock
     names = sorted(p.name for p in folder.iterdir() if p.name != ".lock")
-    assert len(names) == 2 and not stale.exists()
+    assert len(names) == 4 and not stale.exists() and not (folder / f"0-torn{SUFFIX}").exists()
+    assert f"0-garbage{SUFFIX}" in names  # not ours to delete: skipped, kept
     assert sorted(records(store(tmp_path))) == [[1, 2, 3], [4, 5, 6]]
+
+
+def _noted(s: DraftStore) -> list[str]:
+    said: list[str] = []
+    s.warn = said.append
+    return said
+
+
+@pytest.mark.parametrize("garbage", [
+    b"SPCHDRF1\x04\x00\x00\x00null",  # a header that is not an object
+    b"SPCHDRF1\x08\x00\x00\x00Infinity",
+    b"SPCHDRF1\x05\x00\x00\x00[[[[[",
+    b"SPCHDRF1" + (3000).to_bytes(4, "little") + b"[" * 3000,  # deeper than json recurses
+    b"SPCHDRF1\x0b\x00\x00\x00\xff\xfe not UTF-8",
+    b'SPCHDRF1\x0f\x00\x00\x00{"version": 99}',  # another version's
+])
+def test_a_segment_that_cannot_be_read_is_skipped_named_once_and_kept(
+        tmp_path: Path, garbage: bytes) -> None:
+    s = store(tmp_path)
+    s.append([1, 2, 3], 1)
+    bad = tmp_path / VOCAB / f"0{SUFFIX}"
+    bad.write_bytes(garbage)
+    reader = store(tmp_path)
+    said = _noted(reader)
+    assert records(reader) == [[1, 2, 3]]
+    reader.append([4, 5, 6], 2)  # its tidying reads the file again: no second note
+    assert sorted(records(reader)) == [[1, 2, 3], [4, 5, 6]]
+    assert len(said) == 1 and f"0{SUFFIX}" in said[0] and "\n" not in said[0]
+    assert bad.read_bytes() == garbage
+
+
+def test_a_header_with_impossible_counts_is_this_stores_and_broken(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    s.append([1, 2, 3], 1)
+    header = json.dumps({"version": storefile.VERSION, "k": KEY_LEN, "vocab": VOCAB,
+                         "tokens": 1e300, "keys": 0, "records": 0}).encode()
+    bad = tmp_path / VOCAB / f"0{SUFFIX}"
+    bad.write_bytes(storefile.MAGIC + struct.pack("<I", len(header)) + header)
+    found = storefile.load(bad, KEY_LEN, VOCAB)
+    assert found.segment is None and found.broken
+    s.append([4, 5, 6], 2)  # the maintainer deletes what is provably its own and broken
+    assert not bad.exists() and sorted(records(store(tmp_path))) == [[1, 2, 3], [4, 5, 6]]
+
+
+def test_a_fifo_or_a_folder_named_like_a_segment_is_never_opened(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    s.append([1, 2, 3], 1)
+    fifo = tmp_path / VOCAB / f"x{SUFFIX}"
+    os.mkfifo(fifo)
+    (tmp_path / VOCAB / f"y{SUFFIX}").mkdir()
+    done: list[list[list[int]]] = []
+    reader = store(tmp_path)
+    said = _noted(reader)
+
+    def read_and_write() -> None:
+        reader.append([4, 5, 6], 2)
+        done.append(records(reader))
+
+    worker = threading.Thread(target=read_and_write, daemon=True)
+    worker.start()
+    worker.join(20)
+    if worker.is_alive():  # unblock the reader so the test run can end
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("reading the store blocked on a FIFO")
+    assert sorted(done[0]) == [[1, 2, 3], [4, 5, 6]]
+    assert len(said) == 1 and "a FIFO" in said[0] and "2 files" in said[0]
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)  # not ours: kept
+
+
+def test_a_segment_unreadable_for_a_passing_reason_is_kept(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    s = store(tmp_path)
+    s.append([1, 2, 3], 1)
+    first = next((tmp_path / VOCAB).glob(f"*{SUFFIX}"))
+    real_open = os.open
+
+    def no_more_files(path: Any, flags: int, *args: Any) -> int:
+        if str(path) == str(first):
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(storefile.os, "open", no_more_files)
+    writer = store(tmp_path)
+    said = _noted(writer)
+    writer.append([4, 5, 6], 2)  # the maintainer cannot read it now: it must not delete it
+    monkeypatch.undo()
+    assert first.exists() and sorted(records(store(tmp_path))) == [[1, 2, 3], [4, 5, 6]]
+    assert len(said) == 1 and "too many open files" in said[0].lower()
 
 
 def _writer(root: str, worker: int, n: int) -> None:
@@ -214,3 +309,52 @@ def test_the_key_length_of_files_and_engine_agree(tmp_path: Path) -> None:
     seg = s.segments()[0]
     assert storefile.read(tmp_path / VOCAB / f"{seg.name}{SUFFIX}", KEY_LEN, VOCAB)
     assert storefile.read(tmp_path / VOCAB / f"{seg.name}{SUFFIX}", KEY_LEN + 1, VOCAB) is None
+
+
+def test_clear_waits_for_a_merge_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    for i in range(3):
+        store(tmp_path).append([i, i, i], i)
+    merger = store(tmp_path)
+    read_them = threading.Event()
+
+    def merge() -> None:  # what _maintain does: read under the lock, write the merged file
+        with merger._lock(wait=True):
+            segs = merger._read_all()
+            read_them.set()
+            time.sleep(0.5)  # clear starts meanwhile
+            merger._rewrite(segs)
+
+    worker = threading.Thread(target=merge)
+    worker.start()
+    read_them.wait(10)
+    gone = draftstore.clear(tmp_path)
+    worker.join()
+    assert gone == 3
+    assert records(store(tmp_path)) == [] and draftstore.usage_by_vocabulary(tmp_path) == {}
+    store(tmp_path).append([7, 7, 7], 7)  # the store works on after a clear
+    assert records(store(tmp_path)) == [[7, 7, 7]]
+
+
+HISTORY_STORE = [sys.executable, "-m", "specchat", "history", "store"]
+
+
+def test_history_store_names_a_fifo_and_a_garbage_segment_without_hanging(
+        tmp_path: Path) -> None:
+    root = tmp_path / "drafts"
+    store(root).append([1, 2, 3], 1)
+    os.mkfifo(root / VOCAB / f"x{SUFFIX}")
+    (root / VOCAB / f"0{SUFFIX}").write_bytes(b"SPCHDRF1\x04\x00\x00\x00null")
+    env = {**os.environ, "SPECCHAT_HOME": str(tmp_path / "home"),
+           "SPECCHAT_DRAFT_STORE_DIR": str(root),
+           "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    done = subprocess.run(HISTORY_STORE, env=env, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "1 answers" in done.stdout
+    assert done.stderr.count("\n") == 1 and "skipped 2 files" in done.stderr
+    cleared = subprocess.run([*HISTORY_STORE, "--clear", "--yes"], env=env, capture_output=True,
+                             text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
+    assert cleared.returncode == 0 and "deleted 1 answers" in cleared.stderr
+    assert cleared.stderr.count("skipped") == 1  # one note per process, not per look
+    assert not (root / VOCAB / f"0{SUFFIX}").exists()  # the user asked: regular files go
+    assert stat.S_ISFIFO((root / VOCAB / f"x{SUFFIX}").lstat().st_mode)  # never ours

@@ -249,3 +249,22 @@ def test_drafts_for_judges_presets_and_hf_cache_files(
         rows["qwen2.5-7b"][2]
     hf_row = rows[f"me/smol-GGUF:{smol.name}"]
     assert hf_row[0] == "no" and "vocabulary size 151936 vs 49152" in hf_row[2]
+
+
+NO_HTTPX = ("import sys; sys.modules['httpx'] = None; from specchat.cli import main; "
+            "main(sys.argv[1:])")
+
+
+def test_a_download_needs_only_what_huggingface_hub_brings(hub_env: FakeHub) -> None:
+    """A fresh install has the HTTP client huggingface_hub depends on (httpx2 under 2.x),
+    not httpx, which only the test extras install."""
+    import huggingface_hub
+
+    if int(huggingface_hub.__version__.split(".")[0]) < 2:
+        pytest.skip("huggingface_hub 1.x brings httpx itself")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", NO_HTTPX, "pull", f"{REPO}:Q8_0"],
+                          env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert resolve_model(f"{REPO}:Q8_0", pull=False, quiet=True).read_bytes() == Q8

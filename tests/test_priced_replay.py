@@ -102,6 +102,13 @@ def test_a_recording_survives_a_round_trip_through_its_file(tmp_path: Path) -> N
                    "finish": "eog", "draft": [2], "draft_p": [1.5]}]}, "probability"),
     ({"prompts": [{"question_id": True, "category": "c", "prompt": [1], "answer": [2],
                    "finish": "eog", "draft": None}]}, "question_id"),
+    # Answers a replay cannot reproduce: the recording's max_tokens or eog ids disagree.
+    ({"max_tokens": 20}, r"an answer of 31 tokens, longer than the recording's max_tokens"),
+    ({"prompts": [{"question_id": 1, "category": "c", "prompt": [1], "answer": [2, 3],
+                   "finish": "length", "draft": None}]},
+     r"ends in no end-of-generation id must be max_tokens \(64\) long"),
+    ({"prompts": [{"question_id": 1, "category": "c", "prompt": [1], "answer": [2, EOG, 3],
+                   "finish": "eog", "draft": None}]}, "answer token 2 is an end-of-generation"),
 ])
 def test_a_malformed_recording_is_one_usage_error(change: dict[str, Any], message: str) -> None:
     data = {**DATA.to_json(), **change}
@@ -120,8 +127,14 @@ def test_the_shipped_profiles_load_and_a_bad_one_is_refused(tmp_path: Path) -> N
     bad = profile_json([1.0, 0.5], 0.1, 0.0)  # a batch of 2 cheaper than one step
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(bad))
-    with pytest.raises(UsageError, match="batch_ratios must be a number >= 1"):
+    with pytest.raises(UsageError, match="batch_ratios must be a number from 1 to 1e"):
         profiles.load(str(path))
+    for huge in (1e308, float("inf")):  # named with the bounds it breaks, both ends
+        bad = profile_json([1.0], 0.1, 0.0)
+        bad["target"]["step_seconds"] = huge
+        with pytest.raises(UsageError, match=r"step_seconds must be a number from 1e-09 to "
+                                             r"1e\+09 \(got (1e\+308|inf)\)"):
+            profiles.parse(bad, "p.json")
     with pytest.raises(UsageError, match="no such cost profile"):
         profiles.load(str(tmp_path / "missing.json"))
     path.write_text("{")

@@ -12,17 +12,24 @@ One process at a time (an flock, never waited for after an answer) keeps the sto
 fast: it deletes what is covered, merges segments of a size (four of a size tier become one,
 so there are only a few dozen files at most), and evicts the oldest records once the store
 is over its size limit. `history rm` waits for the lock and rewrites the segments that hold
-the deleted conversation's answers without them (forget).
+the deleted conversation's answers without them (forget); `history store --clear` waits for it
+too, so no merge can write back what it deletes.
+
+The files are not trusted: one that cannot be used (not a regular file, not readable now,
+another version's, garbled) is skipped, and named once in a note on stderr. Only what is
+provably this store's and broken (storefile.Found.broken), covered, or a temporary file a
+dead writer left is deleted.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import math
 import os
+import re
 import secrets
+import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -30,9 +37,10 @@ from pathlib import Path
 import numpy as np
 
 from specchat import storage
-from specchat.backend.storefile import SegmentFile, build, encode, read, record_tokens
+from specchat.backend.storefile import Found, SegmentFile, build, encode, load, record_tokens
 from specchat.engine.protocol import common_prefix
 from specchat.engine.suffix import KEY_LEN, SuffixIndex
+from specchat.term.safe import note
 
 SUFFIX = ".seg"
 LOCK = ".lock"
@@ -43,6 +51,9 @@ STALE_TEMP = 600.0  # seconds after which a temporary file is a crash's leftover
 EVICT_TO = 0.9  # eviction brings the store down to this share of its limit
 MAX_PROMPT = 2048  # prompt tokens kept per record at most (the end of the prompt)
 SAMPLE_TOKENS = 512  # token pieces that fingerprint a vocabulary
+# What storage.atomic_write names its temporary files: the only temporary files deleted here.
+_TEMP = re.compile(r"\..+\.\d+\.[0-9a-f]+\.tmp")
+_TOLD: set[Path] = set()  # files this process named in a note already (one note each)
 
 
 def vocab_key(n_vocab: int, eog: frozenset[int], token_bytes: Callable[[int], bytes]) -> str:
@@ -79,7 +90,8 @@ class DraftStore:
     """One vocabulary's segments in `root/vocab`; `limit` bytes at most (0: keep nothing)."""
 
     def __init__(self, root: Path, vocab: str, limit: int, *, writable: bool = True,
-                 k: int = KEY_LEN, clock: Callable[[], float] = time.time) -> None:
+                 k: int = KEY_LEN, clock: Callable[[], float] = time.time,
+                 warn: Callable[[str], None] = note) -> None:
         self.root = root
         self.directory = root / vocab
         self.vocab = vocab
@@ -89,6 +101,7 @@ class DraftStore:
         self.clock = clock
         self._loaded: list[SegmentFile] = []
         self._stamp: tuple[int, int] | None = None  # the directory's mtime when loaded
+        self.warn = warn
 
     # --- reading ---------------------------------------------------------------------------
     def segments(self) -> list[SegmentFile]:
@@ -110,9 +123,23 @@ class DraftStore:
         return st.st_mtime_ns, st.st_ino
 
     def _read_all(self) -> list[SegmentFile]:
-        found = [s for s in (read(p, self.k, self.vocab) for p in self._files()) if s]
-        covered = {name for s in found for name in s.covers}
-        return sorted((s for s in found if s.name not in covered), key=lambda s: s.newest)
+        segs = [f.segment for f in self._found().values() if f.segment is not None]
+        covered = {name for s in segs for name in s.covers}
+        return sorted((s for s in segs if s.name not in covered), key=lambda s: s.newest)
+
+    def _found(self) -> dict[Path, Found]:
+        """Every file named like a segment, read; those that cannot be used are named in a
+        note, each once in this process's life."""
+        found = {p: load(p, self.k, self.vocab) for p in self._files()}
+        bad = [(p.name, f.problem) for p, f in found.items() if f.problem and p not in _TOLD]
+        if bad:
+            _TOLD.update(p for p, f in found.items() if f.problem)
+            more = f"; and {len(bad) - 1} more" if len(bad) > 1 else ""
+            self.warn(f"specchat: note: the drafting store skipped {len(bad)} file"
+                      f"{'s' if len(bad) > 1 else ''} in {self.directory} ({bad[0][0]} "
+                      f"{bad[0][1]}{more}); remove what is not yours, or clear the store "
+                      "with `specchat history store --clear`")
+        return found
 
     def _files(self) -> list[Path]:
         try:
@@ -135,9 +162,12 @@ class DraftStore:
         seg = build([(np.asarray(tokens, dtype=np.uint32), self.clock(), tag)], self.vocab,
                     self.k)
         self._write(seg)
-        with self._lock(wait=False) as held:
-            if held:
-                self._maintain()
+        try:
+            with self._lock(wait=False) as held:
+                if held:
+                    self._maintain()
+        except storage.StorageError as exc:  # the record is kept; only tidying waits
+            self.warn(f"specchat: note: the drafting store was not tidied: {exc}")
 
     def forget(self, tags: set[int]) -> int:
         """Remove every record with one of these tags (waits for the lock); how many went."""
@@ -174,17 +204,8 @@ class DraftStore:
     # --- keeping it small (one process at a time) ---------------------------------------
     @contextlib.contextmanager
     def _lock(self, wait: bool) -> Iterator[bool]:
-        path = storage.ensure_file(self.directory / LOCK)
-        fd = os.open(path, os.O_RDWR)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-            except BlockingIOError:
-                yield False
-                return
-            yield True
-        finally:
-            os.close(fd)  # closing drops the lock
+        with storage.locked(self.directory / LOCK, wait=wait) as held:
+            yield held
 
     def _maintain(self) -> None:
         self._tidy()
@@ -198,19 +219,20 @@ class DraftStore:
         self._evict(segs)
 
     def _tidy(self) -> None:
-        """Delete what a crash left: covered segments, old temporary and unreadable files."""
-        found = {p.stem: read(p, self.k, self.vocab) for p in self._files()}
-        covered = {n for s in found.values() if s for n in s.covers}
+        """Delete what a crash left: covered segments, old temporary files, and segments of
+        this store that are broken. Nothing else: a file that cannot be read now, or that
+        another version wrote, stays."""
+        found = self._found()
+        covered = {n for f in found.values() if f.segment for n in f.segment.covers}
+        # Only what was listed above: another writer may have added a segment since.
+        doomed = [p for p, f in found.items() if f.broken or (f.segment and p.stem in covered)]
         now = time.time()
-        for path in self.directory.iterdir():
-            stale = path.name.startswith(".") and path.name.endswith(".tmp") and \
-                now - _mtime(path) > STALE_TEMP
-            # Only what was listed above: another writer may have added a segment since.
-            bad = path.suffix == SUFFIX and path.stem in found and (
-                path.stem in covered or found[path.stem] is None)
-            if stale or bad:
-                with contextlib.suppress(OSError):
-                    path.unlink()
+        with contextlib.suppress(OSError):
+            doomed += [p for p in self.directory.iterdir()
+                       if _TEMP.fullmatch(p.name) and now - _mtime(p) > STALE_TEMP]
+        for path in doomed:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     def _evict(self, segs: list[SegmentFile]) -> None:
         """Drop the oldest records, whichever segments hold them, until the store is below
@@ -254,10 +276,12 @@ def _mergeable(segs: list[SegmentFile]) -> list[SegmentFile]:
 
 
 def _mtime(path: Path) -> float:
+    """When a regular file was last written (now for anything else: never stale)."""
     try:
-        return path.stat().st_mtime
+        st = path.lstat()
     except OSError:
         return time.time()
+    return st.st_mtime if stat.S_ISREG(st.st_mode) else time.time()
 
 
 def open_store(n_vocab: int, eog: frozenset[int], token_bytes: Callable[[int], bytes], *,
@@ -280,34 +304,57 @@ def forget_everywhere(tags: set[int], root: Path | None = None) -> int:
     from specchat.paths import draft_store_dir
 
     base = root or draft_store_dir()
-    if not tags or not base.is_dir():
+    if not tags:
         return 0
-    return sum(DraftStore(base, d.name, 1).forget(tags) for d in sorted(base.iterdir())
-               if d.is_dir())
+    return sum(DraftStore(base, d.name, 1).forget(tags) for d in _folders(base))
 
 
 def usage_by_vocabulary(root: Path | None = None) -> dict[str, tuple[int, int, int]]:
-    """(segment files, bytes, records) of every vocabulary's store under `root`."""
+    """(segment files, bytes, records) of every vocabulary's store under `root` that holds
+    any (a cleared one keeps only its lock file)."""
     from specchat.paths import draft_store_dir
 
-    base = root or draft_store_dir()
-    if not base.is_dir():
-        return {}
-    return {d.name: DraftStore(base, d.name, 1).usage() for d in sorted(base.iterdir())
-            if d.is_dir()}
+    usage = {d.name: DraftStore(d.parent, d.name, 1).usage()
+             for d in _folders(root or draft_store_dir())}
+    return {vocab: used for vocab, used in usage.items() if used[0]}
 
 
 def clear(root: Path | None = None) -> int:
     """Delete every store under `root` (only the files a store consists of); how many
-    records went."""
+    records went. Each vocabulary's lock is held meanwhile, so a merge running in another
+    process either finished before or starts after, never writes back what went."""
     from specchat.paths import draft_store_dir
 
-    base = root or draft_store_dir()
-    gone = sum(n for _, _, n in usage_by_vocabulary(base).values())
-    for folder in (d for d in (base.iterdir() if base.is_dir() else []) if d.is_dir()):
-        for path in folder.iterdir():
-            if path.suffix == SUFFIX or path.name == LOCK or path.name.endswith(".tmp"):
-                path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            folder.rmdir()
+    gone = 0
+    for folder in _folders(root or draft_store_dir()):
+        store = DraftStore(folder.parent, folder.name, 1)
+        with store._lock(wait=True):
+            gone += store.usage()[2]
+            for path in _listing(folder):
+                if (path.suffix == SUFFIX or _TEMP.fullmatch(path.name)) and _regular(path):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
     return gone
+
+
+def _folders(base: Path) -> list[Path]:
+    """The vocabulary folders under `base` (real folders: a link is not followed)."""
+    return [d for d in _listing(base) if stat.S_ISDIR(_lstat_mode(d))]
+
+
+def _listing(folder: Path) -> list[Path]:
+    try:
+        return sorted(folder.iterdir())
+    except OSError:
+        return []
+
+
+def _regular(path: Path) -> bool:
+    return stat.S_ISREG(_lstat_mode(path))
+
+
+def _lstat_mode(path: Path) -> int:
+    try:
+        return path.lstat().st_mode
+    except OSError:
+        return 0

@@ -15,18 +15,28 @@ The header says the counts, the k-gram length, the vocabulary and which segment 
 one replaces ("covers"). A file is written whole and atomically (storage.atomic_write), read
 by mmap, and checked before use: a file whose sizes do not add up, or that any read fails
 on, is not a segment. What it contains is still hostile (engine/suffix.py guards lookups).
+
+Only a regular file is ever opened (a FIFO named x.seg would block a plain open for ever),
+and what reading finds says whether the file may be deleted: only a segment of this format
+version, vocabulary and k-gram length whose sizes do not add up is provably ours and broken.
+A file that cannot be opened now (too many open files, no permission) or that another
+version wrote is skipped and kept.
 """
 
 from __future__ import annotations
 
 import json
 import mmap
+import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from specchat import storage
 from specchat.engine.suffix import SEP, Segment, build_index
 
 MAGIC = b"SPCHDRF1"
@@ -102,35 +112,92 @@ def encode(seg: SegmentFile, k: int) -> bytes:
     return b"".join(out)
 
 
+@dataclass(frozen=True)
+class Found:
+    """What reading one file of a store found: a segment, or why not."""
+
+    segment: SegmentFile | None
+    problem: str = ""  # why it cannot be used, for the user ("": usable, or gone meanwhile)
+    broken: bool = False  # this version's segment of this store, damaged: safe to delete
+
+
 def read(path: Path, k: int, vocab: str) -> SegmentFile | None:
     """The segment in `path`, mapped read-only; None when it is not a whole, valid segment
     of this vocabulary and k-gram length (a torn, foreign or garbled file)."""
-    try:
-        with path.open("rb") as fh:
-            size = path.stat().st_size
-            if size < 12:
-                return None
-            data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):
-        return None
-    try:
-        return _parse(data, size, k, vocab, path.stem)
-    except (ValueError, KeyError, TypeError, struct.error):
-        return None
+    return load(path, k, vocab).segment
 
 
-def _parse(data: mmap.mmap, size: int, k: int, vocab: str, name: str) -> SegmentFile | None:
+def load(path: Path, k: int, vocab: str) -> Found:
+    """The segment in `path`, or why it is not one. A non-regular file is never opened; a
+    file removed meanwhile (a merge covered it) is no problem."""
+    try:
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISREG(mode):
+            return Found(None, f"is {storage.file_kind(mode)}, not a segment file")
+        # O_NONBLOCK: a FIFO put here after the lstat still cannot block the open.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return Found(None)
+    except OSError as exc:
+        return Found(None, f"cannot be read now ({storage.describe(exc)})")
+    try:
+        mode, size = os.fstat(fd).st_mode, os.fstat(fd).st_size
+        if not stat.S_ISREG(mode):
+            return Found(None, f"is {storage.file_kind(mode)}, not a segment file")
+        if size < 12:
+            return Found(None, "is not a drafting store segment")
+        data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as exc:
+        why = storage.describe(exc) if isinstance(exc, OSError) else str(exc)
+        return Found(None, f"cannot be read now ({why})")
+    finally:
+        os.close(fd)
+    return _parse(data, len(data), k, vocab, path.stem)
+
+
+def _parse(data: mmap.mmap, size: int, k: int, vocab: str, name: str) -> Found:
+    header = _header(data, size, k, vocab)
+    if isinstance(header, Found):
+        return header
+    try:
+        segment = _arrays(data, size, header[0], header[1], vocab, name)
+    except Exception:  # noqa: BLE001 - a hostile header (Infinity, nesting): the same verdict
+        segment = None
+    if segment is None:
+        return Found(None, "is damaged (its sizes do not add up)", broken=True)
+    return Found(segment)
+
+
+def _header(data: mmap.mmap, size: int, k: int,
+            vocab: str) -> Found | tuple[dict[str, Any], int]:
+    """The header of this version's segment of this store (and its length), or what the
+    file is instead."""
     if data[:8] != MAGIC:
-        return None
+        return Found(None, "is not a drafting store segment")
     (length,) = struct.unpack("<I", data[8:12])
-    if length > min(MAX_HEADER, size - 12):
-        return None
-    header = json.loads(bytes(data[12:12 + length]))
-    if header.get("version") != VERSION or header.get("k") != k or header.get("vocab") != vocab:
-        return None
+    if length > size - 12:  # a segment whose header runs past its end: torn
+        return Found(None, "is damaged (cut short)", broken=True)
+    try:
+        if length > MAX_HEADER:
+            raise ValueError(length)
+        header = json.loads(bytes(data[12:12 + length]))
+    except Exception:  # noqa: BLE001 - garbled bytes, bad UTF-8, nesting too deep
+        header = None
+    if not isinstance(header, dict):
+        return Found(None, "has a header this version cannot read")
+    if header.get("version") != VERSION:
+        return Found(None, "is another version's segment")
+    if header.get("k") != k or header.get("vocab") != vocab:
+        return Found(None, "belongs to another vocabulary or k-gram length")
+    return header, length
+
+
+def _arrays(data: mmap.mmap, size: int, header: dict[str, Any], length: int, vocab: str,
+            name: str) -> SegmentFile | None:
     counts = {key: int(header[key]) for key in ("tokens", "keys", "records")}
     covers = header.get("covers", [])
-    if any(n < 0 for n in counts.values()) or not all(isinstance(c, str) for c in covers):
+    if any(n < 0 for n in counts.values()) or not isinstance(covers, list) or \
+            not all(isinstance(c, str) for c in covers):
         return None
     offset = 12 + length + (-(12 + length) % 8)
     arrays: dict[str, np.ndarray] = {}

@@ -19,12 +19,14 @@ up) at least n / prefill_tokens_per_second.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from specchat import storage
 from specchat.backend.calibration import DRAFT_SIZES, TARGET_SIZES, table_from
 from specchat.engine.auto import AutoState
 from specchat.engine.cost import MAX_N, CostTable
@@ -93,10 +95,15 @@ def _folder() -> Any:
 def load(value: str) -> CostProfile:
     """A profile file, or a built-in profile by name."""
     path = Path(value)
-    if path.is_file():
+    if os.path.lexists(path):  # a file of that name goes first, whatever it is
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            data = json.loads(storage.read_text(path, storage.SETTINGS_LIMIT))
+        except FileNotFoundError:
+            raise UsageError(f"{path}: a link to no file; give a cost profile file or a "
+                             "built-in name") from None
+        except storage.StorageError as exc:
+            raise UsageError(f"{exc}; give a cost profile file or a built-in name") from None
+        except (ValueError, RecursionError) as exc:
             raise UsageError(f"{path}: not a readable cost profile ({exc})") from None
         return parse(data, str(path))
     if value in builtin_names():
@@ -142,10 +149,12 @@ def _costs(value: object, where: str) -> ModelCosts:
                                           minimum=1e-9))
 
 
-def _number(value: Any, where: str, minimum: float) -> float:
+def _number(value: Any, where: str, minimum: float, maximum: float = 1e9) -> float:
+    """A finite number in [minimum, maximum]; the refusal names both ends."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            minimum <= value < 1e9):
-        raise UsageError(f"{where} must be a number >= {minimum:g}")
+            minimum <= value <= maximum):
+        raise UsageError(f"{where} must be a number from {minimum:g} to {maximum:g} "
+                         f"(got {str(value)[:40]})")
     return float(value)
 
 

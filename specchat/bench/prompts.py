@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from specchat import storage
 from specchat.engine.options import Structure
 from specchat.errors import UsageError
 from specchat.llm.shapes import ShapeError, schema_text
 
 BUILTIN_NAME = "default_prompts.jsonl"
 JSON_NAME = "json_prompts.jsonl"  # the built-in set of schema-constrained prompts
+FILE_LIMIT = 64 << 20  # a prompt file's bytes at most
 
 
 @dataclass(frozen=True)
@@ -46,17 +48,13 @@ def load_prompts(path: Path | None, builtin: str = BUILTIN_NAME) -> list[BenchPr
     """Prompts of a JSONL file, or of the built-in set `builtin` when `path` is None."""
     if path is None:
         return parse_jsonl(builtin_text(builtin), source=f"<built-in {builtin}>")
-    if not path.exists():
-        raise UsageError(f"{path}: no such file (give a Spec-Bench style .jsonl file, or none "
-                         "for the built-in set)")
-    if path.is_dir():
-        raise UsageError(f"{path} is a directory, not a .jsonl file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+        text = storage.read_text(path, FILE_LIMIT)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file (give a Spec-Bench style .jsonl file, or none "
+                         "for the built-in set)") from None
+    except storage.StorageError as exc:
+        raise UsageError(f"{exc}; give a Spec-Bench style .jsonl file") from None
     prompts = parse_jsonl(text, source=str(path))
     if not prompts:
         raise UsageError(f"{path}: no prompts in it")

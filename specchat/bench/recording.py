@@ -46,6 +46,7 @@ FORMAT = "specchat-acceptance-recording"
 VERSION = 1
 ROWS_PER_EVAL = 64  # logits rows per teacher-forced eval: 64 x 152k floats is 39 MB
 MAX_IDS = 1 << 24  # no real vocabulary comes near; a bigger id is a corrupt file
+FILE_LIMIT = 512 << 20  # a recording's bytes at most (the built-in ones are 40-150 KB)
 
 
 @dataclass(frozen=True)
@@ -168,11 +169,14 @@ def save(recording: Recording, path: Path) -> None:
 def load(path: Path) -> Recording:
     """A recording file, checked: anything malformed is one usage error naming the file."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(storage.read_text(path, FILE_LIMIT))
     except FileNotFoundError:
         raise UsageError(f"{path}: no such recording (make one with specchat bench "
                          "--record FILE)") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except storage.StorageError as exc:
+        raise UsageError(f"{exc}; give a recording made by `specchat bench --record FILE`") \
+            from None
+    except (ValueError, RecursionError) as exc:
         raise UsageError(f"{path}: not a readable recording ({exc})") from None
     return parse(data, str(path))
 
@@ -190,22 +194,20 @@ def parse(data: object, where: str) -> Recording:
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         raise UsageError(f"{where}: max_tokens must be a positive integer")
     draft_name = data.get("draft")
+    eog = frozenset(_ids(data.get("eog"), f"{where}: eog", empty=True))
     return Recording(
         _text(data.get("target"), where, "target"),
         None if draft_name is None else _text(draft_name, where, "draft"),
-        _text(data.get("source"), where, "source"), max_tokens,
-        frozenset(_ids(data.get("eog"), f"{where}: eog", empty=True)),
-        tuple(_item(item, f"{where}: prompt {n + 1}", max_tokens)
+        _text(data.get("source"), where, "source"), max_tokens, eog,
+        tuple(_item(item, f"{where}: prompt {n + 1}", max_tokens, eog)
               for n, item in enumerate(items)))
 
 
-def _item(item: object, where: str, max_tokens: int) -> Recorded:
+def _item(item: object, where: str, max_tokens: int, eog: frozenset[int]) -> Recorded:
     if not isinstance(item, dict):
         raise UsageError(f"{where}: expected an object")
     prompt = _ids(item.get("prompt"), f"{where}: prompt")
     answer = _ids(item.get("answer"), f"{where}: answer")
-    if len(answer) > max_tokens:
-        raise UsageError(f"{where}: an answer longer than max_tokens")
     draft = item.get("draft")
     forced = None if draft is None else _ids(draft, f"{where}: draft")
     if forced is not None and len(forced) != len(answer):
@@ -214,8 +216,26 @@ def _item(item: object, where: str, max_tokens: int) -> Recorded:
     qid = item.get("question_id")
     if not isinstance(qid, (str, int)) or isinstance(qid, bool):
         raise UsageError(f"{where}: question_id must be a string or an integer")
+    _check_end(answer, where, max_tokens, eog)
     return Recorded(str(qid), _text(item.get("category"), where, "category"), prompt, answer,
                     _text(item.get("finish"), where, "finish"), forced, confidence)
+
+
+def _check_end(answer: tuple[int, ...], where: str, max_tokens: int,
+               eog: frozenset[int]) -> None:
+    """An answer ends where the engine would end it: at its first end-of-generation token,
+    or after max_tokens tokens; else no replay can reproduce it."""
+    if len(answer) > max_tokens:
+        raise UsageError(f"{where}: an answer of {len(answer)} tokens, longer than the "
+                         f"recording's max_tokens ({max_tokens})")
+    early = next((i for i, t in enumerate(answer[:-1]) if t in eog), None)
+    if early is not None:
+        raise UsageError(f"{where}: answer token {early + 1} is an end-of-generation id (eog) "
+                         "but the answer goes on; the recording's eog list disagrees with it")
+    if answer[-1] not in eog and len(answer) != max_tokens:
+        raise UsageError(f"{where}: an answer of {len(answer)} tokens that ends in no "
+                         f"end-of-generation id must be max_tokens ({max_tokens}) long; the "
+                         "recording's max_tokens disagrees with its answers")
 
 
 def _probabilities(value: object, where: str,

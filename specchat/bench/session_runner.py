@@ -12,8 +12,10 @@ request, so a machine that drifts meanwhile hits every mode alike.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -90,13 +92,21 @@ def run_sessions(sessions: Sequence[Session], modes: Sequence[str], launch: Laun
                         got = _serve_request(servers[mode], s, i, request, mode, launch)
                     else:
                         got = _ask_request(launch, s, i, request, mode,
-                                           workdir / f"{s.name}-{mode}")
+                                           workdir / store_folder(s.name, mode))
                     if got is None:
                         continue
                     out.append(got)
                     if listener is not None:
                         listener(got)
         return out
+
+
+def store_folder(session: str, mode: str) -> str:
+    """The name of a session's store folder in one mode: one plain name, never a path (a
+    session is named by a file's author: `/tmp/x` or `../../y` must stay in the work
+    folder); the hash keeps names apart that differ only in what was replaced."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "_", session)[:40].strip("_") or "session"
+    return f"{slug}-{hashlib.sha256(session.encode('utf-8')).hexdigest()[:8]}-{mode}"
 
 
 def _ask_request(launch: Launch, session: Session, index: int, request: str, mode: str,

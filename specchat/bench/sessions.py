@@ -27,10 +27,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from specchat import storage
 from specchat.errors import UsageError
 from specchat.llm.shapes import ShapeError, schema_text, toolset_of
 
 BUILTIN_SESSIONS = "default_sessions.jsonl"
+FILE_LIMIT = 64 << 20  # a session file's bytes at most
 
 
 @dataclass
@@ -55,13 +57,13 @@ def load_sessions(path: Path | None) -> list[Session]:
         text = resources.files("specchat.bench").joinpath(BUILTIN_SESSIONS).read_text(
             encoding="utf-8")
         return parse_sessions(text, f"<built-in {BUILTIN_SESSIONS}>")
-    if not path.is_file():
-        raise UsageError(f"--sessions {path}: no such file (JSON Lines, one session or one "
-                         "request per line)")
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--sessions {path}: cannot read it as UTF-8 text ({exc})") from None
+        text = storage.read_text(path, FILE_LIMIT)
+    except FileNotFoundError:
+        raise UsageError(f"--sessions {path}: no such file (JSON Lines, one session or one "
+                         "request per line)") from None
+    except storage.StorageError as exc:
+        raise UsageError(f"--sessions: {exc}; give a JSON Lines file") from None
     sessions = parse_sessions(text, str(path))
     if not sessions:
         raise UsageError(f"--sessions {path}: no sessions in it")

@@ -4,6 +4,7 @@ with the real models, then replayed on any machine's cost profile (docs/gpu.md).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -87,7 +88,7 @@ DEFAULT_PRICED_MODES = (Spec.NGRAM, Spec.DRAFT, Spec.AUTO)
 def load_recording(name: str | None) -> rec.Recording:
     """A recording file, or a built-in recording by name (default: the built-in set's)."""
     name = name or BUILTIN_RECORDINGS[0]
-    if Path(name).is_file() or name not in BUILTIN_RECORDINGS:
+    if os.path.lexists(name) or name not in BUILTIN_RECORDINGS:
         return rec.load(Path(name))
     text = resources.files("specchat.bench").joinpath("recordings", f"{name}.json")
     return rec.parse(json.loads(text.read_text(encoding="utf-8")), name)

@@ -20,6 +20,8 @@ from specchat.errors import UsageError
 from specchat.models.hfref import GgufGroup, HfRef, available_quants, choose, group_files
 from specchat.paths import hub_cache_dir, hub_records_file
 
+REF_LIMIT = 4096  # a ref file holds one commit hash
+
 
 def repo_dir(repo: str) -> Path:
     return hub_cache_dir() / ("models--" + repo.replace("/", "--"))
@@ -49,8 +51,8 @@ def _snapshots(repo: str, revision: str) -> list[Path]:
 
 def _read_ref(root: Path, revision: str) -> str | None:
     try:
-        return (root / "refs" / revision).read_text(encoding="utf-8").strip()
-    except (OSError, ValueError):
+        return storage.read_text(root / "refs" / revision, REF_LIMIT).strip()
+    except (OSError, storage.StorageError):  # a FIFO or a device there is no commit either
         return None
 
 
@@ -115,8 +117,8 @@ def _recorded(ref: HfRef) -> Path | None:
 
 def load_records() -> dict[str, object]:
     try:
-        data = json.loads(hub_records_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(storage.read_text(hub_records_file(), storage.SETTINGS_LIMIT))
+    except (OSError, ValueError, RecursionError, storage.StorageError):
         return {}
     return data if isinstance(data, dict) else {}
 

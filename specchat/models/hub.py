@@ -36,6 +36,8 @@ PROBE_TIMEOUT_S = 2.0
 REQUEST_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0  # a download that receives nothing for this long stops (and resumes later)
 MAX_REDIRECTS = 5
+# (connect, read, write, pool): the form both httpx and httpx2 take without importing either.
+TIMEOUTS = (REQUEST_TIMEOUT_S, READ_TIMEOUT_S, REQUEST_TIMEOUT_S, REQUEST_TIMEOUT_S)
 GGUF_MAGIC = b"GGUF"  # every file fetched here is a GGUF file (each part of a split one too)
 # A git blob hash (sha1) or an LFS sha256: what the hub's ETags are, and safe as a file name.
 _HASH = re.compile(r"[0-9a-fA-F]{40}|[0-9a-fA-F]{64}")
@@ -192,24 +194,26 @@ def same_origin(url: str, home: str) -> bool:
 def _get(url: str, body: _Body) -> None:
     """GET the rest of the file, following redirects by hand: the bearer token goes to the
     hub endpoint only, never to a host a redirect names (a CDN, or anyone else)."""
-    import httpx
-    from huggingface_hub.utils import build_hf_headers
+    # huggingface_hub's own client: httpx under 1.x, httpx2 under 2.x, neither ours to import
+    # (a fresh install has only the one huggingface_hub depends on), and with it whatever
+    # proxy or certificates the user gave huggingface_hub (set_client_factory).
+    from huggingface_hub.utils import build_hf_headers, get_session
 
     headers = {**build_hf_headers(), "Accept-Encoding": "identity"}
     home = hub_endpoint()
-    timeout = httpx.Timeout(REQUEST_TIMEOUT_S, read=READ_TIMEOUT_S)
-    with httpx.Client(timeout=timeout, follow_redirects=False) as client:
-        for _ in range(MAX_REDIRECTS + 1):
-            sent = {k: v for k, v in headers.items()
-                    if same_origin(url, home) or k.lower() != "authorization"}
-            if body.done:
-                sent["Range"] = f"bytes={body.done}-"
-            with client.stream("GET", url, headers=sent) as response:
-                if response.is_redirect:
-                    url = str(response.url.join(response.headers["location"]))
-                    continue
-                body.receive(response)
-                return
+    client = get_session()
+    for _ in range(MAX_REDIRECTS + 1):
+        sent = {k: v for k, v in headers.items()
+                if same_origin(url, home) or k.lower() != "authorization"}
+        if body.done:
+            sent["Range"] = f"bytes={body.done}-"
+        with client.stream("GET", url, headers=sent, follow_redirects=False,
+                           timeout=TIMEOUTS) as response:
+            if response.is_redirect:
+                url = str(response.url.join(response.headers["location"]))
+                continue
+            body.receive(response)
+            return
     raise DownloadError(f"the hub redirected {body.name} more than {MAX_REDIRECTS} times; try "
                         f"again later")
 

@@ -79,8 +79,8 @@ def _upgrade_old_sidecar(path: Path, size: int) -> bool:
 
 def _sidecar_lines(path: Path) -> list[str]:
     try:
-        return sidecar_path(path).read_text(encoding="utf-8").splitlines()
-    except OSError:
+        return storage.read_text(sidecar_path(path), storage.SETTINGS_LIMIT).splitlines()
+    except (OSError, storage.StorageError):  # a FIFO or a device there records nothing
         return []
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specchat import storage
 from specchat.engine.options import Structure
 from specchat.errors import UsageError
 from specchat.llm.lark import parse_schema
 
 FORMATS = ("text", "json")
+SCHEMA_FILE_LIMIT = 8 << 20  # as much as a server takes in one request body
 
 
 def structure_of(format: str, schema: str | None) -> Structure | None:
@@ -30,9 +32,9 @@ def load_schema(value: str) -> str:
     if not text.startswith("{") and text not in ("true", "false"):
         path = Path(text).expanduser()
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            why = getattr(exc, "strerror", None) or str(exc)
+            text = storage.read_limited(path, SCHEMA_FILE_LIMIT).decode("utf-8")
+        except (OSError, UnicodeDecodeError, storage.StorageError) as exc:
+            why = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
             raise UsageError(f"schema {value!r}: cannot read it ({why}); give a file or the "
                              "schema itself as JSON") from None
     try:

@@ -1,0 +1,95 @@
+"""Every file a user names is read bounded: a device, a FIFO nobody writes to or a file past
+the limit is one usage error line (exit 2), never gigabytes of memory or a hang."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from specchat.errors import UsageError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+COMMANDS = [
+    (["ask", "--schema", "{path}", "hi"], "schema"),
+    (["bench", "--recording", "{path}", "--cost-profile", "cpu-2core-qwen1.5b"], "recording"),
+    (["bench", "--cost-profile", "{path}"], "cost profile"),
+    (["bench", "--sessions", "{path}"], "JSON Lines"),
+    (["bench", "{path}"], ".jsonl"),
+]
+
+
+def _bounded() -> None:
+    """2 GiB of address space: a command that reads /dev/zero whole fails fast, not the box."""
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+@pytest.mark.parametrize(("args", "names"), COMMANDS)
+def test_a_device_or_a_fifo_is_refused_in_one_line(tmp_path: Path, kind: str,
+                                                   args: list[str], names: str) -> None:
+    path = Path("/dev/zero")
+    if kind == "fifo":
+        path = tmp_path / "pipe"
+        os.mkfifo(path)
+    env = {**os.environ, "SPECCHAT_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
+    argv = [a.replace("{path}", str(path)) for a in args]
+    done = subprocess.run([sys.executable, "-m", "specchat", *argv], env=env, timeout=60,
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          preexec_fn=_bounded, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and names in done.stderr
+    assert ("a character device" if kind == "device" else "a FIFO") in done.stderr
+
+
+def test_a_schema_file_past_the_limit_is_refused_in_the_chat_too(tmp_path: Path) -> None:
+    from specchat.chat import commands
+    from tests import chat_fakes as f
+
+    big = tmp_path / "big.json"
+    with big.open("wb") as out:
+        out.truncate(64 << 20)  # sparse: 64 MiB of nothing
+    chat, _ = f.session(tmp_path)
+    with pytest.raises(UsageError, match="too large"):  # the REPL shows it as one line
+        commands.dispatch(chat, f"/set schema {big}")
+    assert chat.options.structure is None
+
+
+def _returns(call: Callable[[], object], fifo: Path) -> object:
+    """What `call` returns, failing (and unblocking it) if it blocks on `fifo`."""
+    got: list[object] = []
+    worker = threading.Thread(target=lambda: got.append(call()), daemon=True)
+    worker.start()
+    worker.join(20)
+    if worker.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail(f"reading {fifo.name} blocked on a FIFO")
+    return got[0]
+
+
+def test_cache_files_that_are_fifos_count_as_missing(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from specchat.models import hfcache, store
+    from specchat.paths import hub_records_file
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path / "home"))
+    refs = hfcache.repo_dir("me/x-GGUF") / "refs"
+    refs.mkdir(parents=True)
+    (refs.parent / "snapshots" / "abc").mkdir(parents=True)
+    os.mkfifo(refs / "main")
+    assert _returns(lambda: hfcache._snapshots("me/x-GGUF", "main"), refs / "main") == \
+        [refs.parent / "snapshots" / "abc"]
+    hub_records_file().parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(hub_records_file())
+    assert _returns(hfcache.load_records, hub_records_file()) == {}
+    model = tmp_path / "m.gguf"
+    os.mkfifo(store.sidecar_path(model))
+    assert _returns(lambda: store.recorded_sha256(model), store.sidecar_path(model)) is None
