@@ -32,7 +32,7 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 
 MAX_DEPTH = 64  # levels of objects and lists; real schemas use a handful
-BUDGET = 50_000  # keyword evaluations per validation: about a second at most, here
+BUDGET = 20_000  # keyword evaluations per validation: about a second at most (docs/security.md)
 _REFS = ("$ref", "$dynamicRef", "$recursiveRef")
 _RE2_MEMORY = 8 << 20  # bytes one compiled pattern may use (RE2's own default)
 # ECMA-262's \uXXXX (JSON Schema's pattern dialect) in RE2's spelling, \x{XXXX}.
