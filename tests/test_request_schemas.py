@@ -181,3 +181,20 @@ def test_a_tool_choice_that_names_no_tool_is_a_clear_error(choice: Any) -> None:
         tools_with({"type": "object"}, choice=choice)
     assert error.value.param == "tool_choice" and "None" not in error.value.message
     assert '"required"' in error.value.message
+
+
+def test_lists_checked_pair_by_pair_are_bounded() -> None:
+    """jsonschema checks uniqueItems on lists it cannot sort pair by pair: 20,000 objects
+    under `required` would be 2*10^8 comparisons in the metaschema check."""
+    with pytest.raises(ShapeError, match="too long to check"):
+        tools_with({"type": "object", "required": [{"a": i} for i in range(20_000)]})
+    tools_with({"type": "object", "enum": [{"a": i} for i in range(100)]})
+
+
+def test_unique_items_keeps_json_schemas_equality() -> None:
+    check = schemacheck.validator({"type": "array", "uniqueItems": True})
+    for same in ([1, 1.0], [{"a": [1], "b": None}, {"b": None, "a": [1.0]}], ["x", "x"]):
+        assert schemacheck.first_error(check, same) is not None, same
+    for different in ([True, 1], [False, 0, None], ["1", 1], [[1, 2], [2, 1]],
+                      [{"a": 1}, {"a": True}]):
+        assert schemacheck.first_error(check, different) is None, different

@@ -32,6 +32,10 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 
 MAX_DEPTH = 64  # levels of objects and lists; real schemas use a handful
+# jsonschema checks uniqueItems (which the metaschemas ask of `required`, `type`, `enum`) by
+# sorting, and a list it cannot sort (objects, mixed types) pair by pair: the sum of the
+# squared lengths of such lists in a schema is bounded by this.
+PAIRS = 1_000_000
 BUDGET = 20_000  # keyword evaluations per validation: about a second at most (docs/security.md)
 _REFS = ("$ref", "$dynamicRef", "$recursiveRef")
 _RE2_MEMORY = 8 << 20  # bytes one compiled pattern may use (RE2's own default)
@@ -87,11 +91,17 @@ def _walk(schema: dict[str, Any]) -> list[tuple[str, str]]:
     refs: list[tuple[str, str]] = []
     stack: list[tuple[Any, str, int]] = [(schema, "", 0)]
     has_pattern_properties = has_unevaluated = False
+    pairs = 0
     while stack:
         value, where, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise SchemaProblem(f"the schema nests deeper than {MAX_DEPTH} levels", where)
         if isinstance(value, list):
+            pairs += 0 if _sortable(value) else len(value) ** 2
+            if pairs > PAIRS:
+                raise SchemaProblem("the schema's lists of objects or mixed values are too "
+                                    "long to check: keep them to about 1,000 items in all",
+                                    where)
             stack.extend((item, f"{where}/{i}", depth + 1) for i, item in enumerate(value))
             continue
         if not isinstance(value, dict):
@@ -138,6 +148,12 @@ def nests_deeper(value: Any, limit: int) -> bool:
             stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
                                                   else item))
     return False
+
+
+def _sortable(items: list[Any]) -> bool:
+    """Whether jsonschema's uniqueness check sorts `items` (else it compares every pair)."""
+    return all(isinstance(i, str) for i in items) or all(
+        isinstance(i, (int, float)) and not isinstance(i, bool) for i in items)
 
 
 @functools.lru_cache(maxsize=512)
@@ -238,9 +254,34 @@ def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: 
                               f"{'was' if len(extras) == 1 else 'were'} unexpected)")
 
 
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any
+                  ) -> Iterator[ValidationError]:
+    """uniqueItems in linear time: each item as a hashable value that is equal exactly when
+    JSON Schema calls two items equal (1 and 1.0 are, true and 1 are not)."""
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: set[Any] = set()
+    for item in instance:
+        key = _canonical(item)
+        if key in seen:
+            yield ValidationError(f"{_short(repr(instance))} has non-unique elements")
+            return
+        seen.add(key)
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, bool) or value is None:
+        return ("literal", value)
+    if isinstance(value, dict):
+        return ("object", frozenset((k, _canonical(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return ("array", tuple(_canonical(v) for v in value))
+    return (type(value) is str, value)  # numbers compare by value, 1 == 1.0
+
+
 _REPLACED: dict[str, Callable[..., Iterator[ValidationError]]] = {
     "pattern": _pattern, "patternProperties": _pattern_properties,
-    "additionalProperties": _additional_properties}
+    "additionalProperties": _additional_properties, "uniqueItems": _unique_items}
 
 
 @functools.cache
