@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import jsonschema
@@ -32,10 +32,6 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 
 MAX_DEPTH = 64  # levels of objects and lists; real schemas use a handful
-# jsonschema checks uniqueItems (which the metaschemas ask of `required`, `type`, `enum`) by
-# sorting, and a list it cannot sort (objects, mixed types) pair by pair: the sum of the
-# squared lengths of such lists in a schema is bounded by this.
-PAIRS = 1_000_000
 BUDGET = 20_000  # keyword evaluations per validation: about a second at most (docs/security.md)
 _REFS = ("$ref", "$dynamicRef", "$recursiveRef")
 _RE2_MEMORY = 8 << 20  # bytes one compiled pattern may use (RE2's own default)
@@ -68,15 +64,12 @@ def check(schema: Any) -> None:
     if dialect is not None and not isinstance(dialect, str):
         raise SchemaProblem("$schema must be a string", "$schema")
     refs = _walk(schema)
-    cls = _base_class(schema)
-    try:
-        problem = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
-    except RecursionError:
-        raise SchemaProblem(f"the schema nests deeper than {MAX_DEPTH} levels") from None
-    if problem is not None:
-        raise SchemaProblem(_short(problem.message), _pointer(problem.absolute_path))
-    resolver = _registry().resolver_with_root(_resource(cls, schema))
-    for where, ref in refs:
+    # No metaschema check: jsonschema takes about a millisecond per subschema for 2020-12's,
+    # which a request of megabytes would turn into minutes. A keyword of the wrong type is
+    # refused by the grammar compiler before the answer, and is a problem in first_error.
+    registry, base = _crawled(_base_class(schema), schema)
+    resolver = registry.resolver(base_uri=base)
+    for where, ref in _distinct(refs):
         try:
             resolver.lookup(ref)
         except referencing.exceptions.Unresolvable:
@@ -91,17 +84,11 @@ def _walk(schema: dict[str, Any]) -> list[tuple[str, str]]:
     refs: list[tuple[str, str]] = []
     stack: list[tuple[Any, str, int]] = [(schema, "", 0)]
     has_pattern_properties = has_unevaluated = False
-    pairs = 0
     while stack:
         value, where, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise SchemaProblem(f"the schema nests deeper than {MAX_DEPTH} levels", where)
         if isinstance(value, list):
-            pairs += 0 if _sortable(value) else len(value) ** 2
-            if pairs > PAIRS:
-                raise SchemaProblem("the schema's lists of objects or mixed values are too "
-                                    "long to check: keep them to about 1,000 items in all",
-                                    where)
             stack.extend((item, f"{where}/{i}", depth + 1) for i, item in enumerate(value))
             continue
         if not isinstance(value, dict):
@@ -115,7 +102,7 @@ def _walk(schema: dict[str, Any]) -> list[tuple[str, str]]:
                         "parts (#/$defs/Name), never to a URL, a file or another document",
                         f"{where}/{key}")
                 refs.append((f"{where}/{key}", ref))
-        if depth and "$schema" in value:
+        if depth and isinstance(value.get("$schema"), str):
             raise SchemaProblem("$schema is only allowed at the top of a schema",
                                 f"{where}/$schema")
         if depth and isinstance(value.get("$id"), str):
@@ -150,12 +137,6 @@ def nests_deeper(value: Any, limit: int) -> bool:
     return False
 
 
-def _sortable(items: list[Any]) -> bool:
-    """Whether jsonschema's uniqueness check sorts `items` (else it compares every pair)."""
-    return all(isinstance(i, str) for i in items) or all(
-        isinstance(i, (int, float)) and not isinstance(i, bool) for i in items)
-
-
 @functools.lru_cache(maxsize=512)
 def pattern(text: str, where: str = "") -> re2._Regexp[str]:
     """A schema's pattern compiled on RE2; SchemaProblem when RE2 cannot run it."""
@@ -177,8 +158,8 @@ def pattern(text: str, where: str = "") -> re2._Regexp[str]:
 def validator(schema: Any) -> Validator:
     """A validator for `schema` (which check() has passed): RE2 for every pattern, local
     references only, every keyword counted against the budget."""
-    cls = _safe_class(_base_class(schema))
-    return cls(schema, registry=_registry())
+    base = _base_class(schema)
+    return _safe_class(base)(schema, registry=_crawled(base, schema)[0])
 
 
 def first_error(check_with: Validator, instance: Any) -> str | None:
@@ -193,6 +174,8 @@ def first_error(check_with: Validator, instance: Any) -> str | None:
         return "the value or the schema's references nest too deeply to check"
     except referencing.exceptions.Unresolvable as exc:
         return f"the schema refers to something it does not hold ({_short(str(exc))})"
+    except Exception as exc:  # noqa: BLE001 - a keyword of the wrong type (no metaschema check)
+        return f"the schema cannot be applied ({type(exc).__name__}: {_short(str(exc))})"
     if not errors:
         return None
     where = "/".join(str(p) for p in errors[0].absolute_path) or "the top level"
@@ -256,8 +239,9 @@ def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: 
 
 def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any
                   ) -> Iterator[ValidationError]:
-    """uniqueItems in linear time: each item as a hashable value that is equal exactly when
-    JSON Schema calls two items equal (1 and 1.0 are, true and 1 are not)."""
+    """uniqueItems in linear time (jsonschema compares every pair of a list it cannot
+    sort): each item as a hashable value, equal exactly when JSON Schema calls two items
+    equal (1 and 1.0 are, true and 1 are not)."""
     if not unique or not validator.is_type(instance, "array"):
         return
     seen: set[Any] = set()
@@ -307,14 +291,22 @@ def _registry() -> referencing.Registry[Any]:
     return referencing.Registry(retrieve=_refuse)  # type: ignore[call-arg]
 
 
-def _resource(cls: type[Validator], schema: Any) -> referencing.Resource[Any]:
+def _crawled(cls: type[Validator], schema: Any) -> tuple[referencing.Registry[Any], str]:
+    """The refusing registry holding `schema` with its anchors found once (else every lookup
+    of an anchor walks the whole schema again), and the schema's base URI."""
     specification = referencing.jsonschema.specification_with(
         str(cls.META_SCHEMA.get("$schema", "")), default=referencing.Specification.OPAQUE)
-    return specification.create_resource(schema)
+    resource = specification.create_resource(schema)
+    base = resource.id() or ""
+    return _registry().with_resource(base, resource).crawl(), base
 
 
-def _pointer(path: Iterable[Any]) -> str:
-    return "".join(f"/{p}" for p in path)
+def _distinct(refs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Each reference once (with the first place it appears)."""
+    seen: dict[str, str] = {}
+    for where, ref in refs:
+        seen.setdefault(ref, where)
+    return [(where, ref) for ref, where in seen.items()]
 
 
 def _short(text: str, limit: int = 120) -> str:
