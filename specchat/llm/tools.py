@@ -318,12 +318,15 @@ def accepts(tools: Collection[Tool]) -> Callable[[ToolCall], bool]:
     references stay inside them, patterns run on RE2, the work is bounded (llm/schemacheck)."""
     from specchat.llm import schemacheck  # jsonschema and RE2: only where tools are used
 
-    validators = {t.name: schemacheck.validator(dict(t.parameters)) for t in tools}
+    parameters = {t.name: t.parameters for t in tools}
+    validators: dict[str, Any] = {}  # built when a call names the tool (serve: off the loop)
 
     def accept(call: ToolCall) -> bool:
-        validator = validators.get(call.name)
-        return validator is not None and schemacheck.is_valid(validator,
-                                                              json.loads(call.arguments))
+        if call.name not in parameters:
+            return False
+        if call.name not in validators:
+            validators[call.name] = schemacheck.validator(dict(parameters[call.name]))
+        return schemacheck.is_valid(validators[call.name], json.loads(call.arguments))
     return accept
 
 
