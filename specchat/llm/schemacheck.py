@@ -82,14 +82,16 @@ def _walk(schema: dict[str, Any]) -> list[tuple[str, str]]:
     """Every local reference in `schema` (where, ref), after refusing what is not allowed:
     too deep, references out of the document, a nested $schema or $id, a bad pattern."""
     refs: list[tuple[str, str]] = []
-    stack: list[tuple[Any, str, int]] = [(schema, "", 0)]
+    # A node's place is a link (key, parent's link), spelled out only for a message: one
+    # string per node would cost more than the walk itself.
+    stack: list[tuple[Any, Any, int]] = [(schema, None, 0)]
     has_pattern_properties = has_unevaluated = False
     while stack:
-        value, where, depth = stack.pop()
+        value, at, depth = stack.pop()
         if depth > MAX_DEPTH:
-            raise SchemaProblem(f"the schema nests deeper than {MAX_DEPTH} levels", where)
+            raise SchemaProblem(f"the schema nests deeper than {MAX_DEPTH} levels", _path(at))
         if isinstance(value, list):
-            stack.extend((item, f"{where}/{i}", depth + 1) for i, item in enumerate(value))
+            stack.extend((item, (i, at), depth + 1) for i, item in enumerate(value))
             continue
         if not isinstance(value, dict):
             continue
@@ -100,27 +102,36 @@ def _walk(schema: dict[str, Any]) -> list[tuple[str, str]]:
                     raise SchemaProblem(
                         f"{key} {_short(ref)} is refused: a schema may only refer to its own "
                         "parts (#/$defs/Name), never to a URL, a file or another document",
-                        f"{where}/{key}")
-                refs.append((f"{where}/{key}", ref))
+                        _path((key, at)))
+                refs.append((_path((key, at)), ref))
         if depth and isinstance(value.get("$schema"), str):
             raise SchemaProblem("$schema is only allowed at the top of a schema",
-                                f"{where}/$schema")
+                                _path(("$schema", at)))
         if depth and isinstance(value.get("$id"), str):
             raise SchemaProblem("$id is only allowed at the top of a schema (references "
-                                "are resolved within the one document)", f"{where}/$id")
+                                "are resolved within the one document)", _path(("$id", at)))
         if isinstance(value.get("pattern"), str):
-            pattern(value["pattern"], f"{where}/pattern")
+            pattern(value["pattern"], _path(("pattern", at)))
         props = value.get("patternProperties")
         if isinstance(props, dict):
             has_pattern_properties = True
             for key in props:
-                pattern(key, f"{where}/patternProperties")
+                pattern(key, _path(("patternProperties", at)))
         has_unevaluated = has_unevaluated or "unevaluatedProperties" in value
-        stack.extend((item, f"{where}/{key}", depth + 1) for key, item in value.items())
+        stack.extend((item, (key, at), depth + 1) for key, item in value.items())
     if has_pattern_properties and has_unevaluated:
         raise SchemaProblem("unevaluatedProperties together with patternProperties is not "
                             "supported: use additionalProperties")
     return refs
+
+
+def _path(at: Any) -> str:
+    """A link (key, parent's link) as a JSON-pointer-like path, each key shortened."""
+    keys: list[str] = []
+    while at is not None:
+        key, at = at
+        keys.append(_short(str(key), 40))
+    return "".join(f"/{key}" for key in reversed(keys))
 
 
 def nests_deeper(value: Any, limit: int) -> bool:
