@@ -16,6 +16,7 @@ from specchat.backend.base import RuntimeInfo
 from specchat.backend.local import Runtime
 from specchat.commands import ask as ask_cmd
 from specchat.engine.options import Structure
+from specchat.errors import UsageError
 from specchat.llm.tools import ToolSet
 from tests.clirun import FakeStdin, run_cli
 from tests.fakegrammar import FakeGrammar
@@ -147,3 +148,38 @@ def test_set_format_and_schema_in_the_chat(tmp_path: Path) -> None:
     assert chat.options.structure is None
     _, err = streams.take()
     assert "format = json" in err and "format=json" in err and "format = text" in err
+
+
+def _deep_schema(levels: int) -> str:
+    return '{"not": ' * levels + "{}" + "}" * levels
+
+
+@pytest.mark.parametrize("schema, words", [
+    ('{"type": "string", "pattern": "("}', "pattern ( cannot be used"),
+    ('{"type": "string", "pattern": "(?=a)"}', "linear-time engine"),
+    ('{"not": {"$ref": "file:///etc/passwd"}}', "$ref file:///etc/passwd is refused"),
+    ('{"not": {"$ref": "http://127.0.0.1:9/s.json"}}', "never to a URL"),
+    ("DEEP", "nests too deeply"),
+    ("DEEP-100", "deeper than 64 levels"),
+])
+def test_schemas_specchat_cannot_check_safely_are_refused_before_answering(
+        guides: JsonGuides, capsys: Any, tmp_path: Path, schema: str, words: str) -> None:
+    if schema.startswith("DEEP"):
+        path = tmp_path / "deep.json"
+        path.write_text(_deep_schema(100 if schema == "DEEP-100" else 100_000))
+        schema = str(path)
+    code, out, err = run_cli(["ask", "--schema", schema, "-n", "20", "x"], capsys)
+    assert code == 2 and out == "" and words in err and err.count("\n") == 1, err
+    assert guides.asked == []  # refused before any answer
+
+
+def test_set_schema_in_the_chat_refuses_the_same(tmp_path: Path) -> None:
+    from specchat.chat import commands
+    from tests import chat_fakes as f
+
+    chat, _ = f.session(tmp_path)
+    with pytest.raises(UsageError, match="pattern"):
+        commands.dispatch(chat, '/set schema {"type": "string", "pattern": "(a)\\\\1"}')
+    with pytest.raises(UsageError, match="never to a URL"):
+        commands.dispatch(chat, '/set schema {"$ref": "https://127.0.0.1:9/x"}')
+    assert chat.options.structure is None

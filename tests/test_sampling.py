@@ -162,3 +162,16 @@ def test_sample_never_draws_a_zero_probability_token() -> None:
 def test_options_are_validated(bad: dict[str, float]) -> None:
     with pytest.raises(OptionError):
         SamplingOptions(**bad)  # type: ignore[arg-type]
+
+
+def test_a_temperature_too_tiny_to_divide_by_is_greedy() -> None:
+    logits = np.array([0.5, 2.0, 1.0, -3.0], dtype=np.float32)
+    for tiny in (1e-320, 5e-324, 1e-9):
+        dist = probs(logits, [], SamplingOptions(temperature=tiny))
+        assert np.isfinite(dist).all() and dist.tolist() == [0.0, 1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("penalty", [1e-320, 0.001, 1e6])
+def test_a_repeat_penalty_that_overflows_logits_is_refused(penalty: float) -> None:
+    with pytest.raises(OptionError, match="repeat_penalty must be from 0.01 to 100"):
+        SamplingOptions(repeat_penalty=penalty)

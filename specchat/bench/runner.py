@@ -254,14 +254,14 @@ def matches_schema(prompt: BenchPrompt, text: str) -> bool | None:
     """Whether an answer is JSON that matches the prompt's schema (None: it has none)."""
     if prompt.schema is None:
         return None
-    import jsonschema
+    from specchat.llm import schemacheck  # checked when the prompt file was read
 
     schema = json.loads(prompt.schema)
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
-    return bool(jsonschema.validators.validator_for(schema)(schema).is_valid(value))
+    return schemacheck.is_valid(schemacheck.validator(schema), value)
 
 
 def mark_greedy_matches(runs: Sequence[RunRecord], greedy: bool) -> None:

@@ -87,17 +87,16 @@ def structure_problem(finished: Finished, options: GenerationOptions) -> str | N
         value = json.loads(finished.text)
     except ValueError as exc:
         return f"the answer is not complete JSON ({exc}; finish reason {finished.reason})"
+    except RecursionError:
+        return "the answer's JSON nests too deeply to be read"
     if structure.kind != "json_schema":
         return None
-    import jsonschema
+    # The schema passed llm/schemacheck when --schema or /set schema read it (settings/
+    # structure.py): its patterns run on RE2 and its references stay inside it.
+    from specchat.llm import schemacheck
 
-    schema = json.loads(structure.text)
-    validator = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
-    errors = sorted(validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
-    if not errors:
-        return None
-    where = "/".join(str(p) for p in errors[0].absolute_path) or "the top level"
-    return f"the answer does not match the schema at {where}: {errors[0].message}"
+    problem = schemacheck.first_error(schemacheck.validator(json.loads(structure.text)), value)
+    return None if problem is None else f"the answer does not match the schema {problem}"
 
 
 def attachments_line(attached: list[Attachment], counts: list[int | None]) -> str:

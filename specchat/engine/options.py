@@ -27,6 +27,14 @@ SPEC_MODES: tuple[str, ...] = tuple(mode.value for mode in Spec)
 
 
 RANDOM_SEED = -1  # --seed -1: a fresh random seed (the same as no seed)
+# Below this a temperature is its limit, greedy: 1/T of the tiniest ones (1e-320) is infinite
+# and sampling would divide by it into NaN, and already at 1e-8 any logit gap of 1e-6 or
+# more leaves the runner-up under e^-100 of the top token (exact ties aside).
+GREEDY_BELOW = 1e-8
+# The repetition penalty divides positive logits and multiplies negative ones: outside this
+# range a logit overflows (1e-320 makes a repeated token infinitely likely, NaN after), and
+# no real use needs more.
+PENALTY_RANGE = (0.01, 100.0)
 
 
 class OptionError(ValueError):
@@ -57,7 +65,9 @@ class SamplingOptions:
         _check(self.top_k >= 0, "top_k must be >= 0 (0 turns it off)")
         _check(0 < self.top_p <= 1, "top_p must be in (0, 1]")
         _check(0 <= self.min_p < 1, "min_p must be in [0, 1)")
-        _check(self.repeat_penalty > 0, "repeat_penalty must be > 0 (1 turns it off)")
+        low, high = PENALTY_RANGE
+        _check(low <= self.repeat_penalty <= high,
+               f"repeat_penalty must be from {low:g} to {high:g} (1 turns it off)")
         _check(self.repeat_last_n >= 0, "repeat_last_n must be >= 0")
         _check(self.seed is None or self.seed >= RANDOM_SEED,
                f"seed must be >= 0, or {RANDOM_SEED} for a random seed")
@@ -72,7 +82,7 @@ class SamplingOptions:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < GREEDY_BELOW
 
 
 STRUCTURE_KINDS = ("json", "json_schema", "grammar")

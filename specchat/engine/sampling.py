@@ -39,6 +39,11 @@ def recent_window(context: Sequence[int], extra: Sequence[int], n: int) -> list[
     return (list(context[-n:]) + list(extra))[-n:]
 
 
+class NoTokenLeft(ValueError):
+    """A request's logit_bias (with a grammar's mask) leaves no token to choose: the
+    request asks for the impossible, so the answer ends with this, not with a token."""
+
+
 def biased(logits: np.ndarray, opts: SamplingOptions,
            allowed: np.ndarray | None = None) -> np.ndarray:
     """The row with opts.logit_bias added and the tokens `allowed` (a boolean mask over the
@@ -56,6 +61,10 @@ def biased(logits: np.ndarray, opts: SamplingOptions,
     for token, bias in opts.logit_bias:
         if token < n:
             x[token] += bias
+    if opts.logit_bias and not (x > -np.inf).any():
+        raise NoTokenLeft("logit_bias bans every token that may come next" +
+                          (" under the grammar" if allowed is not None else "") +
+                          ": ban fewer tokens")
     return x
 
 

@@ -60,10 +60,17 @@ def parse_schema(text: str) -> object:
         schema = json.loads(text)
     except ValueError as exc:
         raise GrammarError(f"the JSON schema is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise GrammarError("the JSON schema nests too deeply to be read") from None
     if not isinstance(schema, (dict, bool)):
         raise GrammarError("a JSON schema must be a JSON object (or true)")
     return schema
 
 
 def one_line(exc: object) -> str:
-    return re.sub(r"\s+", " ", str(exc)).strip()
+    """llguidance's message as one short line: without the parser state, the grammar text
+    and the source line it appends, which are its internals, not the user's problem."""
+    text = re.sub(r"\s+", " ", str(exc)).strip()
+    text = re.split(r" ?<state>| ?<grammar>| \d+ \| ", text, maxsplit=1)[0]
+    text = re.sub(r"^at \d+\(\d+\): (?=failed to compile JSON schema)", "", text)
+    return text if len(text) <= 200 else text[:199] + "…"

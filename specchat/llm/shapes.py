@@ -59,7 +59,20 @@ def schema_text(schema: Any, param: str) -> str:
     """A JSON schema (an object, or true/false) as the text a Structure holds."""
     if not isinstance(schema, (dict, bool)):
         raise ShapeError(f"{param} must be a JSON schema object", param=param)
+    checked(schema, param)
     return json.dumps(schema, ensure_ascii=False)
+
+
+def checked(schema: Any, param: str) -> None:
+    """ShapeError unless `schema` passes llm/schemacheck (only its own references, RE2
+    patterns, bounded nesting): refused before any answer, never found out during one."""
+    from specchat.llm.schemacheck import SchemaProblem, check  # jsonschema: only when asked
+
+    try:
+        check(schema)
+    except SchemaProblem as exc:
+        where = f" at {exc.where}" if exc.where else ""
+        raise ShapeError(f"{param}{where}: {exc.message}", param=param) from None
 
 
 def toolset_of(tools: Any, choice: Any, parallel: Any) -> ToolSet | None:
@@ -97,6 +110,7 @@ def _tool(tool: Any, i: int) -> Tool:
     if not isinstance(params, dict):
         raise ShapeError(f"{where}.function.parameters must be a JSON schema object",
                          param=f"{where}.function.parameters")
+    checked(params, f"{where}.function.parameters")
     description = function.get("description") or ""
     if not isinstance(description, str):
         raise ShapeError(f"{where}.function.description must be a string",
@@ -115,6 +129,10 @@ def _choice(choice: Any, names: list[str]) -> str:
         return choice
     function = choice.get("function") if isinstance(choice, dict) else None
     name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str):
+        raise ShapeError("tool_choice must be \"auto\", \"none\", \"required\" or "
+                         "{\"type\": \"function\", \"function\": {\"name\": ...}} naming "
+                         "one of the tools", param="tool_choice")
     if name not in names:
         raise ShapeError(f"tool_choice names {name!r}, which is not among the tools",
                          param="tool_choice")

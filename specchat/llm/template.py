@@ -250,23 +250,34 @@ def _shaped_contents(pieces: list[str], contents: list[str], real: str) -> list[
     return shaped if real[at:] == pieces[-1] else contents
 
 
-# Keys whose text values templates compare against (roles, "function", a JSON schema's
-# "object"): markup, not data.
-_MARKUP_KEYS = frozenset({"role", "type"})
+# Values templates compare against (roles, "function", a JSON schema's "object"): markup,
+# not data, under these keys only, and only these words: any other value under them (a tool
+# definition is a third party's text, "role" may be one of its property's keywords) is data.
+_MARKUP_VALUES = {
+    "role": frozenset({"system", "user", "assistant", "tool", "developer", "function",
+                       "ipython", "model"}),
+    "type": frozenset({"function", "object", "string", "number", "integer", "boolean",
+                       "array", "null"}),
+}
+# A key templates may look up (content, tool_calls, parameters, ...): a plain ASCII word.
+# Any other key is data, so no key spells a control token either.
+_KEY_WORD = re.compile(r"\$?[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
 def _protect(value: Any, mark: Callable[[str], str], key: str | None = None,
              data: bool = False) -> Any:
-    """`value` with every data text replaced by mark(text): strings (but those under
-    _MARKUP_KEYS), and the keys of tool-call arguments and of a schema's `properties`,
-    which are names a request chose. Below `arguments` everything is data."""
+    """`value` with every data text replaced by mark(text): strings (but the words of
+    _MARKUP_VALUES under their keys), the keys of tool-call arguments and of a schema's
+    `properties`, which are names a request chose, and any key that is no plain word.
+    Below `arguments` everything is data."""
     if isinstance(value, str):
-        return mark(value) if value and (data or key not in _MARKUP_KEYS) else value
+        markup = not data and value in _MARKUP_VALUES.get(key or "", ())
+        return mark(value) if value and not markup else value
     if isinstance(value, Mapping):
         names = data or key in ("properties", "arguments")
         inner = data or key == "arguments"
-        return {(mark(k) if names and isinstance(k, str) and k else k):
-                _protect(v, mark, k, inner) for k, v in value.items()}
+        return {(mark(k) if isinstance(k, str) and k and (names or not _KEY_WORD.fullmatch(k))
+                 else k): _protect(v, mark, k, inner) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_protect(v, mark, key, data) for v in value]
     return value

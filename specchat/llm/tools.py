@@ -208,8 +208,8 @@ def call_parts(calls: Sequence[Mapping[str, Any]]) -> Iterator[tuple[str, Any]]:
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments) if arguments.strip() else {}
-            except ValueError:
-                pass  # not JSON: the template gets the text as it was sent
+            except (ValueError, RecursionError):
+                pass  # not JSON (or too deep to read): the template gets the text as sent
         yield str(function.get("name", "")), arguments
 
 
@@ -237,7 +237,7 @@ def parse_call(body: str, make_id: Callable[[], str] = new_call_id) -> ToolCall 
     """One call from the JSON between the markers; None when it is not a call."""
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         return None
@@ -245,7 +245,7 @@ def parse_call(body: str, make_id: Callable[[], str] = new_call_id) -> ToolCall 
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
         try:
             arguments = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     return ToolCall(make_id(), data["name"], json.dumps(arguments, ensure_ascii=False))
 
@@ -314,15 +314,19 @@ def _partial_suffix(text: str, marker: str) -> int:
 def accepts(tools: Collection[Tool]) -> Callable[[ToolCall], bool]:
     """Whether a call names one of `tools` with arguments its parameters allow: what the
     grammar enforces, checked again for calls read from text it did not hold (a fenced block
-    after some prose)."""
-    import jsonschema
+    after some prose). The parameters were checked when the request came (llm/shapes.py):
+    references stay inside them, patterns run on RE2, the work is bounded (llm/schemacheck)."""
+    from specchat.llm import schemacheck  # jsonschema and RE2: only where tools are used
 
-    validators = {t.name: jsonschema.validators.validator_for(dict(t.parameters))(
-        dict(t.parameters)) for t in tools}
+    parameters = {t.name: t.parameters for t in tools}
+    validators: dict[str, Any] = {}  # built when a call names the tool (serve: off the loop)
 
     def accept(call: ToolCall) -> bool:
-        validator = validators.get(call.name)
-        return validator is not None and validator.is_valid(json.loads(call.arguments))
+        if call.name not in parameters:
+            return False
+        if call.name not in validators:
+            validators[call.name] = schemacheck.validator(dict(parameters[call.name]))
+        return schemacheck.is_valid(validators[call.name], json.loads(call.arguments))
     return accept
 
 

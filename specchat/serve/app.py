@@ -13,10 +13,11 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from specchat.engine.events import Chunk, Finished
 from specchat.llm.tools import ToolSet
@@ -40,6 +41,7 @@ from specchat.serve.schemas import (
 from specchat.serve.sse import DONE, Answer, error_event
 from specchat.serve.worker import READY, Done, Job, Worker
 
+T = TypeVar("T")
 CLIENT_GONE = 499  # nginx's code for "the client closed the connection"
 
 
@@ -115,9 +117,12 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
             raise APIError(413, f"the request has {len(body.messages)} messages; this server "
                            f"takes at most {config.max_messages} (--max-messages): send fewer",
                            param="messages", code="too_many_messages")
-        messages = chat_messages(body, config.system)
+        # Checking the messages and tools (their schemas: llm/schemacheck.py) is bounded
+        # work, done on a worker thread so that /health and other clients are answered.
+        messages, tools = await run_in_threadpool(
+            lambda: (chat_messages(body, config.system), request_tools(body)))
         return await _answer(worker, config, body, messages, request, chat=True,
-                             tools=request_tools(body))
+                             tools=tools)
 
     @app.post("/v1/completions", dependencies=guarded)
     @app.post("/completions", dependencies=guarded, include_in_schema=False)
@@ -139,7 +144,7 @@ def _check_model(config: ServeConfig, name: str | None) -> None:
 async def _answer(worker: Worker, config: ServeConfig, body: GenerationFields,
                   prompt: Any, request: Request, *, chat: bool,
                   tools: ToolSet | None = None) -> Response:
-    options = request_options(body, config.defaults)
+    options = await run_in_threadpool(request_options, body, config.defaults)
     job = Job(prompt, options, asyncio.get_running_loop(), tools=tools)
     worker.submit(job)
     # Until a response starts, a task listens for the client leaving: the events of a long
@@ -170,7 +175,7 @@ async def _answer(worker: Worker, config: ServeConfig, body: GenerationFields,
                 answer.saw(item)
             if isinstance(item, Finished):
                 _note(request, item)
-                return JSONResponse(answer.whole(item))
+                return JSONResponse(await _calls_checked(answer, answer.whole, item))
             item = await job.next(gone)
     except ConnectionResetError:
         return _gone(request)
@@ -204,7 +209,7 @@ async def _stream(job: Job, item: Any, answer: Answer, include_usage: bool,
                 yield error_event(item)
                 return  # no [DONE]: the client must see the answer is incomplete
             if isinstance(item, Chunk):
-                for line in answer.step(item):
+                for line in await _calls_checked(answer, answer.step, item):
                     yield line
             elif isinstance(item, Finished):
                 _note(request, item)
@@ -219,6 +224,14 @@ async def _stream(job: Job, item: Any, answer: Answer, include_usage: bool,
         job.cancelled.set()
         if not ended:
             request.state.error = "client disconnected"
+
+
+async def _calls_checked(answer: Answer, step: Callable[[Any], T], item: Any) -> T:
+    """`step(item)`; on a worker thread when the answer is read for tool calls, whose
+    arguments are validated against their parameters there (bounded, but not free)."""
+    if answer.calls is None:
+        return step(item)
+    return await run_in_threadpool(step, item)
 
 
 def _gone(request: Request) -> Response:

@@ -11,6 +11,7 @@ from typing import Any
 
 from specchat.engine.options import Structure
 from specchat.llm import shapes
+from specchat.llm.schemacheck import MAX_DEPTH, nests_deeper
 from specchat.llm.shapes import ShapeError, response_structure
 from specchat.llm.tools import ToolSet
 from specchat.serve.errors import bad_request
@@ -80,7 +81,22 @@ def _history_call(call: Any, index: int, j: int) -> dict[str, Any]:
                           "{\"name\", \"arguments\"}}", param=where)
     function = call["function"]
     arguments = function.get("arguments", "{}")
+    if _too_deep(arguments):
+        raise bad_request(f"{where}.function.arguments nests deeper than {MAX_DEPTH} "
+                          "levels: send flatter arguments", param=f"{where}.function.arguments")
     if not isinstance(arguments, str):
         arguments = json.dumps(arguments, ensure_ascii=False)
     return {"id": str(call.get("id") or f"call_{index}_{j}"), "type": "function",
             "function": {"name": str(function.get("name", "")), "arguments": arguments}}
+
+
+def _too_deep(arguments: Any) -> bool:
+    """Whether a history call's arguments nest deeper than MAX_DEPTH (the template reads
+    them as an object; Python's JSON reader and the renderer recurse)."""
+    try:
+        value = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        return False  # not JSON: the template gets the text as it was sent
+    except RecursionError:
+        return True
+    return nests_deeper(value, MAX_DEPTH)

@@ -23,6 +23,7 @@ from typing import Any, cast
 from specchat.backend.base import Backend, Message
 from specchat.engine.events import Event
 from specchat.engine.options import GenerationOptions
+from specchat.engine.sampling import NoTokenLeft
 from specchat.errors import PromptTooLong, SpecchatError
 from specchat.llm.tools import ToolSet
 from specchat.serve.errors import APIError
@@ -162,6 +163,8 @@ class Worker:
                     break  # within one verify step of the client leaving
         except APIError as exc:
             job.push(exc)
+        except NoTokenLeft as exc:
+            job.push(APIError(400, str(exc), param="logit_bias"))
         except Exception as exc:  # noqa: BLE001 - one failed answer must not stop the server
             job.push(APIError(500, f"the answer failed: {_describe(exc)}", type="server_error"))
         finally:

@@ -9,6 +9,7 @@ from specchat import storage
 from specchat.engine.options import Structure
 from specchat.errors import UsageError
 from specchat.llm.lark import parse_schema
+from specchat.llm.shapes import ShapeError, checked
 
 FORMATS = ("text", "json")
 SCHEMA_FILE_LIMIT = 8 << 20  # as much as a server takes in one request body
@@ -38,9 +39,10 @@ def load_schema(value: str) -> str:
             raise UsageError(f"schema {value!r}: cannot read it ({why}); give a file or the "
                              "schema itself as JSON") from None
     try:
-        parse_schema(text)
-    except UsageError as exc:
-        raise UsageError(f"schema {value!r}: {exc}") from None
+        checked(parse_schema(text), "the schema")
+    except (UsageError, ShapeError) as exc:
+        label = value if len(value) <= 60 else value[:59] + "…"  # an inline schema is long
+        raise UsageError(f"schema {label!r}: {exc}") from None
     return text
 
 
