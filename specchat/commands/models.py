@@ -44,8 +44,16 @@ def models_command(
     drafts_for: Optional[str] = typer.Option(  # Optional, not X | None: typer reads it
         None, "--drafts-for", metavar="MODEL",
         help="List the models that can draft for MODEL, and why the others cannot."),
+    local: bool = typer.Option(False, "--local", help="List every model on this machine "
+                               "(ollama, LM Studio, llama.cpp's cache, the Hugging Face cache, "
+                               "presets) and which can draft for which."),
 ) -> None:
     """List the model presets and the GGUF files in the Hugging Face cache."""
+    if local:
+        from specchat.commands.local_models import print_local
+
+        print_local(as_json)
+        return
     if drafts_for is not None:
         _print_drafts(drafts_for, as_json)
         return
