@@ -26,7 +26,10 @@ from specchat.models.inventory import all_models
 from specchat.models.localfiles import LocalModel
 
 MAX_DRAFT_SHARE = 0.25  # a draft above a quarter of the target's bytes is not "much smaller"
-SEARCH_BUDGET = 0.5  # seconds of header reading a start may spend on files not read before
+# Seconds of header reading a start may spend on candidates not read before (~0.3 s each; the
+# first is always read): a start with new models waits at most about this much more, and the
+# rest are read by later starts (or all at once by `specchat models --local`).
+SEARCH_BUDGET = 1.0
 PROJECTOR_ARCHS = ("clip",)  # vision projectors are GGUF files, not language models
 _MAX_K = 16
 
@@ -63,8 +66,8 @@ def find_draft(target_path: Path, *, budget: float = SEARCH_BUDGET,
     """The best local draft for the model file at `target_path` (none: Found.model None).
 
     Cheap where it can be: only files small enough to pay are looked at, and their headers
-    come from the memo; at most `budget` seconds go to reading headers not read before (the
-    rest are read by a later start, or at once by `specchat models --local`).
+    come from the memo; at most about `budget` seconds go to reading candidates' headers not
+    read before.
     """
     headers = headers or Headers()
     real = target_path.resolve()
@@ -89,8 +92,9 @@ def summaries(headers: Headers, models: list[LocalModel], budget: float | None,
     `budget` seconds (None: no limit), and how many were left unread."""
     judged: list[tuple[LocalModel, GgufSummary]] = []
     unchecked = 0
+    spent = headers.read_seconds  # what was read before (the target) does not count
     for model in models:
-        read = budget is None or headers.read_seconds < budget
+        read = budget is None or headers.read_seconds - spent < budget
         try:
             summary = headers.summary(model.path, read=read)
         except (SpecchatError, OSError) as exc:
