@@ -59,8 +59,8 @@ def resolve(spec: str) -> Path:
         names = ", ".join(PREFIX + "/".join(key[:3]) + ":" + key[3] for _, _, key in found)
         raise LocalSourceError(f"{spec} names several ollama models ({names}); write one "
                                f"of those")
-    root, manifest, _ = found[0]
-    return _model_blob(root, manifest, f"ollama model {spec.removeprefix(PREFIX)}")[0]
+    root, manifest, key = found[0]
+    return _model_blob(root, manifest, f"ollama model {_short_name(*key[1:])}")[0]
 
 
 def _roots() -> list[Path]:
