@@ -170,3 +170,20 @@ def test_a_draft_is_found_when_none_is_named(
     code, out, err = run_cli(["doctor", "--json"], capsys)
     report = json.loads(out)
     assert report["local models"].startswith("1 ollama, 1 lmstudio")
+
+
+def test_a_search_reads_each_header_once_and_then_none(
+        trees: dict[str, Path], smol: Path, smol_f32: Path) -> None:
+    from specchat.models.headers import Headers
+    from specchat.models.pairing import find_draft
+
+    for i in range(4):
+        ollama_model(trees["ollama"], f"m{i}", "latest", smol)
+    target = link_or_copy(smol_f32, trees["lmstudio"] / "p" / "r" / smol_f32.name)
+    cold = find_draft(target, budget=0.0)  # the first candidate is read whatever the budget
+    assert cold.model is not None and cold.unchecked == 3
+    while cold.unchecked:
+        cold = find_draft(target, budget=0.0)
+    headers = Headers()
+    warm = find_draft(target, headers=headers)
+    assert (warm.model, warm.unchecked, headers.read_seconds) == (cold.model, 0, 0.0)

@@ -94,7 +94,7 @@ def summaries(headers: Headers, models: list[LocalModel], budget: float | None,
     unchecked = 0
     spent = headers.read_seconds  # what was read before (the target) does not count
     for model in models:
-        read = budget is None or headers.read_seconds - spent < budget
+        read = budget is None or headers.read_seconds - spent <= budget
         try:
             summary = headers.summary(model.path, read=read)
         except (SpecchatError, OSError) as exc:
