@@ -107,6 +107,7 @@ def test_models_local_lists_every_tools_models_and_their_drafts(
     target = rows["lmstudio:someone/SmolLM2-GGUF:F32"]
     assert (target["source"], target["arch"], target["quant"]) == ("lmstudio", "llama", "ALL_F32")
     assert target["drafts"] == ["ollama:smollm2:135m"]  # same vocabulary, a fifth the size
+    assert target["draft_found"] == "ollama:smollm2:135m"
     draft = rows["ollama:smollm2:135m"]
     assert (draft["arch"], draft["quant"], draft["size"]) == ("llama", "Q4_1",
                                                               smol.stat().st_size)
@@ -118,7 +119,7 @@ def test_models_local_lists_every_tools_models_and_their_drafts(
     assert code == 0
     line = next(ln for ln in out.splitlines() if "lmstudio:someone/SmolLM2-GGUF:F32" in ln)
     assert line.split()[:2] == ["lmstudio", "lmstudio:someone/SmolLM2-GGUF:F32"]
-    assert line.rstrip().endswith("ollama:smollm2:135m")
+    assert line.rstrip().endswith("ollama:smollm2:135m*")
 
 
 def test_an_ollama_model_answers_from_its_blob_without_a_copy(
@@ -144,8 +145,8 @@ def test_an_ollama_model_answers_from_its_blob_without_a_copy(
 
 
 def test_a_draft_is_found_when_none_is_named(
-        trees: dict[str, Path], smol: Path, smol_f32: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        trees: dict[str, Path], smol: Path, smol_f32: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     ollama_model(trees["ollama"], "smollm2", "135m", smol)
     link_or_copy(smol_f32, trees["lmstudio"] / "someone" / "SmolLM2-GGUF" / smol_f32.name)
     args = ["-m", "lmstudio:someone/SmolLM2-GGUF", "Say hi", "-n", "6", "-t", "0", "--json"]
@@ -167,9 +168,11 @@ def test_a_draft_is_found_when_none_is_named(
     assert (plain["draft"], plain["draft_found"]) == (None, False)
     assert plain["text"] == found["text"]
 
-    code, out, err = run_cli(["doctor", "--json"], capsys)
-    report = json.loads(out)
+    monkeypatch.setenv("SPECCHAT_MODEL", "lmstudio:someone/SmolLM2-GGUF")
+    report = json.loads(run_cli(["doctor", "--json"], capsys)[1])
     assert report["local models"].startswith("1 ollama, 1 lmstudio")
+    assert report["draft model"] == ("ollama:smollm2:135m for lmstudio:someone/SmolLM2-GGUF, "
+                                     "found on this machine (--draft none turns it off)")
 
 
 def test_a_search_reads_each_header_once_and_then_none(

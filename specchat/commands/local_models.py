@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from specchat.llm.vocab import prints_compatible
 from specchat.models.headers import Headers
 from specchat.models.inventory import all_models
 from specchat.models.pairing import PROJECTOR_ARCHS, drafts_for, summaries
@@ -34,12 +35,20 @@ def local_rows() -> list[dict[str, Any]]:
     rows = []
     for model in models:
         summary = known.get(model.name)
-        drafts = [] if summary is None or summary.arch in PROJECTOR_ARCHS else \
-            [d.name for d in drafts_for(summary, model.size, judged) if d.name != model.name]
+        drafts: list[str] = []
+        found = None
+        if summary is not None and summary.arch not in PROJECTOR_ARCHS:
+            # --drafts-for's rule (the same vocabulary, smaller); and the one a start would
+            # pick by itself, which must also pay (models/pairing.py)
+            drafts = [m.name for m, s in sorted(judged, key=lambda ms: ms[0].size)
+                      if m.size < model.size and s.arch not in PROJECTOR_ARCHS
+                      and prints_compatible(summary.vocab, s.vocab)]
+            picked = drafts_for(summary, model.size, judged)
+            found = picked[0].name if picked else None
         rows.append({"source": model.source, "name": model.name, "path": str(model.path),
                      "size": model.size, "arch": summary.arch if summary else None,
                      "quant": summary.quant if summary else None, "drafts": drafts,
-                     "error": unreadable.get(model.name)})
+                     "draft_found": found, "error": unreadable.get(model.name)})
     return rows
 
 
@@ -50,7 +59,7 @@ def print_local(as_json: bool) -> None:
         return
     table = [list(COLUMNS)] + [[r["source"], r["name"], human_size(r["size"]),
                                 r["arch"] or "?", r["quant"] or "?",
-                                ", ".join(r["drafts"]) or "-"] for r in rows]
+                                _drafts_cell(r)] for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS) - 1)]
     for line in table:
         head = "  ".join(cell.ljust(w) for cell, w in zip(line[:-1], widths, strict=True))
@@ -58,8 +67,12 @@ def print_local(as_json: bool) -> None:
     for row in rows:
         if row["error"]:
             note(f"specchat: {row['name']}: {row['error']}")
-    note("DRAFTS: the models found here that share the model's vocabulary and are small "
-         "enough to pay (`-d NAME`, or found by itself when no draft is named)")
+    note("DRAFTS: the smaller models here that share the model's vocabulary (`-d NAME`); "
+         "* the one a start picks by itself when no draft is named (small enough to pay)")
+
+
+def _drafts_cell(row: dict[str, Any]) -> str:
+    return ", ".join(d + ("*" if d == row["draft_found"] else "") for d in row["drafts"]) or "-"
 
 
 def doctor_rows() -> list[tuple[str, str]]:
@@ -73,7 +86,7 @@ def doctor_rows() -> list[tuple[str, str]]:
                              f"draft for which)")]
     if refused:
         rows.append(("local models refused", f"{len(refused)}; first: {refused[0]}"))
-    rows.append(("draft", _draft_line()))
+    rows.append(("draft model", _draft_line()))
     return rows
 
 
