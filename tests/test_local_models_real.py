@@ -190,3 +190,17 @@ def test_a_search_reads_each_header_once_and_then_none(
     headers = Headers()
     warm = find_draft(target, headers=headers)
     assert (warm.model, warm.unchecked, headers.read_seconds) == (cold.model, 0, 0.0)
+
+
+def test_drafts_for_judges_the_other_tools_models(
+        trees: dict[str, Path], smol: Path, smol_f32: Path,
+        real_model_path: Callable[[str], Path], capsys: pytest.CaptureFixture[str]) -> None:
+    gemma = real_model_path("gemma3-270m")
+    ollama_model(trees["ollama"], "smollm2", "135m", smol)
+    link_or_copy(gemma, trees["llama"] / f"o_r_{gemma.name}")
+    code, out, err = run_cli(["models", "--drafts-for", str(smol_f32), "--json"], capsys)
+    assert code == 0, err
+    verdicts = {c["name"]: (c["can_draft"], c["reason"]) for c in json.loads(out)["candidates"]}
+    assert verdicts["ollama:smollm2:135m"][0] is True
+    assert verdicts[f"llamacpp:o_r_{gemma.name}"][0] is False
+    assert "tokenizer type bpe vs spm" in verdicts[f"llamacpp:o_r_{gemma.name}"][1]

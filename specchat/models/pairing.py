@@ -69,15 +69,16 @@ def find_draft(target_path: Path, *, budget: float = SEARCH_BUDGET,
     come from the memo; at most about `budget` seconds go to reading candidates' headers not
     read before.
     """
-    headers = headers or Headers()
     real = target_path.resolve()
     target_size = sum(p.stat().st_size for p in gguf_parts(real))
+    models, _ = all_models()
+    small = [m for m in models if m.path.resolve() != real and can_pay(target_size, m.size)]
+    if not small:  # the usual case costs a few stats: no header is read at all
+        return Found(None, 0, target_size)
+    headers = headers or Headers()
     try:
         target = headers.summary(real)
         assert target is not None
-        models, _ = all_models()
-        small = [m for m in models
-                 if m.path.resolve() != real and can_pay(target_size, m.size)]
         judged, unchecked = summaries(headers, small, budget)
     finally:
         headers.save()
