@@ -25,6 +25,9 @@ def local_rows() -> list[dict[str, Any]]:
     for line in refused:
         note(f"specchat: skipped: {line}")
     headers = Headers()
+    unread = sum(1 for m in models if not headers.knows(m.path))
+    if unread:
+        note(f"specchat: reading the headers of {unread} models, once (remembered after)")
     unreadable: dict[str, str] = {}
     try:
         judged, _ = summaries(headers, models, None,

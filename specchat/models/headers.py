@@ -60,6 +60,14 @@ class Headers:
         self.changed = True
         return summary
 
+    def knows(self, path: Path) -> bool:
+        """Whether what the file's header says (or that it cannot be read) is remembered."""
+        try:
+            entry = self.entries.get(str(path))
+            return isinstance(entry, dict) and entry.get("stamp") == _stamp(path)
+        except OSError:
+            return True  # a file that is gone needs no reading
+
     def save(self) -> None:
         """Write what was read (best effort), forgetting files that are gone."""
         if not self.changed:
