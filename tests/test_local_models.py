@@ -214,3 +214,10 @@ def test_a_draft_pays_only_when_much_smaller() -> None:
     assert can_pay(1000, 100)
     assert not can_pay(1000, int(1000 * MAX_DRAFT_SHARE) + 1)
     assert not can_pay(1000, 0)
+
+
+def test_pulling_a_local_name_says_it_runs_in_place(trees: dict[str, Path],
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(["pull", "qwen2.5-0.5b", "ollama:qwen2.5:7b"], capsys)
+    assert (code, out) == (2, "")
+    assert "runs it in place (-m ollama:qwen2.5:7b), there is nothing to pull" in one_line(err)

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import typer
 
+from specchat.errors import UsageError
 from specchat.models import (
     DEFAULT_TARGET,
     Preset,
@@ -23,6 +24,7 @@ from specchat.models import (
     preset_present,
 )
 from specchat.models.hfcache import cached_gguf_files
+from specchat.models.local import is_local_name
 from specchat.models.progress import human_size
 from specchat.models.resolve import hub_ref_or_none
 from specchat.models.store import recorded_sha256
@@ -86,6 +88,10 @@ def pull_command(
     from specchat.models.hffetch import resolve_ref
 
     presets = load_presets()
+    for name in names:
+        if name not in presets and is_local_name(name):
+            raise UsageError(f"{name} is a model another tool keeps on this machine: specchat "
+                             f"runs it in place (-m {name}), there is nothing to pull")
     # Check every name before downloading anything: a typo in the last name should not
     # surface after gigabytes of the first.
     chosen = [hub_ref_or_none(name, presets) or find_preset(name, presets) for name in names]
