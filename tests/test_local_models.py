@@ -136,6 +136,19 @@ def test_a_manifest_without_a_model_layer_is_refused(
     assert "has no model layer" in one_line(err)
 
 
+@pytest.mark.parametrize("text", ['{"layers": 5}', '[1, 2]', '{"layers": "abc"}', "\u0000{",
+                                  '{"layers": [{"mediaType": "application/vnd.ollama.image.model"'
+                                  ', "digest": 7}]}'])
+def test_a_malformed_manifest_is_refused_in_one_line(
+        trees: dict[str, Path], capsys: pytest.CaptureFixture[str], text: str) -> None:
+    manifest = trees["ollama"] / "manifests" / "registry.test" / "library" / "bad" / "latest"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(text)
+    code, err = ask("ollama:bad", capsys)
+    assert code == 2
+    assert "ollama model bad:latest: manifest" in one_line(err)
+
+
 def test_names_that_are_not_names_are_refused(trees: dict[str, Path],
                                               capsys: pytest.CaptureFixture[str]) -> None:
     for name in ("ollama:../x", "ollama:a/b/c/d", "lmstudio:../../etc", "llamacpp:../x.gguf",

@@ -114,8 +114,8 @@ def _model_blob(root: Path, manifest: Path, what: str) -> tuple[Path, int]:
     except (OSError, ValueError):
         raise LocalSourceError(f"{what}: manifest {manifest} is not JSON") from None
     layers = data.get("layers") if isinstance(data, dict) else None
-    models = [layer for layer in layers or [] if isinstance(layer, dict)
-              and layer.get("mediaType") == MODEL_LAYER]
+    models = [layer for layer in layers if isinstance(layer, dict)
+              and layer.get("mediaType") == MODEL_LAYER] if isinstance(layers, list) else []
     if not models:
         raise LocalSourceError(f"{what}: manifest {manifest} has no model layer ({MODEL_LAYER})")
     digest = models[0].get("digest")
