@@ -70,7 +70,8 @@ def find_draft(target_path: Path, *, budget: float = SEARCH_BUDGET,
     read before.
     """
     real = target_path.resolve()
-    target_size = sum(p.stat().st_size for p in gguf_parts(real))
+    # Parts by the name given: a Hugging Face snapshot's links point at blobs named by hash.
+    target_size = sum(p.stat().st_size for p in gguf_parts(target_path))
     models, _ = all_models()
     small = [m for m in models if m.path.resolve() != real and can_pay(target_size, m.size)]
     if not small:  # the usual case costs a few stats: no header is read at all
