@@ -7,6 +7,7 @@ $SPECCHAT_HOME, else the XDG base directory of its kind (config, cache, state) +
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 _XDG: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -69,6 +70,40 @@ def hub_cache_dir() -> Path:
         home = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
                    / "huggingface")
     return Path(home).expanduser() / "hub"
+
+
+def local_headers_file() -> Path:
+    """What specchat read from the headers of models other tools keep (next to the cache)."""
+    return model_cache_dir().parent / "local-headers.json"
+
+
+# --- where other tools keep models (read in place, never written) ---------------------------
+def ollama_model_dirs() -> list[Path]:
+    """$OLLAMA_MODELS, else the user's ~/.ollama/models and the system service's folder."""
+    explicit = os.environ.get("OLLAMA_MODELS")
+    if explicit:
+        return [Path(explicit).expanduser()]
+    return [Path.home() / ".ollama" / "models", Path("/usr/share/ollama/.ollama/models")]
+
+
+def lmstudio_model_dirs() -> list[Path]:
+    """LM Studio's models folder, and the one its older versions used."""
+    return [Path.home() / ".lmstudio" / "models", Path.home() / ".cache" / "lm-studio" / "models"]
+
+
+def llama_cache_dir() -> Path:
+    """Where llama.cpp's `-hf` downloads go: $LLAMA_CACHE, else its platform default (as its
+    common library decides: the XDG cache on Linux, ~/Library/Caches on macOS, LOCALAPPDATA on
+    Windows, each + llama.cpp)."""
+    explicit = os.environ.get("LLAMA_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "llama.cpp"
+    if os.name == "nt" and os.environ.get("LOCALAPPDATA"):
+        return Path(os.environ["LOCALAPPDATA"]) / "llama.cpp"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "llama.cpp"
 
 
 def prompt_cache_dir() -> Path:

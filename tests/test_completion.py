@@ -66,8 +66,9 @@ def test_zsh_options_and_choices(cache: Path) -> None:
 def test_fish_options_with_help(cache: Path) -> None:
     lines = complete(cache, "fish", "specchat chat --dr")
     assert lines[0].startswith("--draft\tDraft model") and lines[1].startswith("--draft-max\t")
-    assert complete(cache, "fish", "specchat chat --draft qwen2.5-c") == [
-        "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
+    assert complete(cache, "fish", "specchat chat --draft qwen2.5-coder-") == [
+        "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "qwen2.5-coder-14b", "qwen2.5-coder-32b",
+        "qwen2.5-coder-7b"]
 
 
 def test_show_completion_scripts_name_the_program(tmp_path: Path) -> None:

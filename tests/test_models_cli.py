@@ -81,7 +81,7 @@ def test_pull_prints_the_path_and_reports_on_stderr(home: Path, app: typer.Typer
 def test_pull_checks_every_name_before_downloading(home: Path, app: typer.Typer) -> None:
     result = CliRunner().invoke(app, ["pull", "fake", "smollm2-13"])
     assert isinstance(result.exception, UsageError)
-    assert "did you mean smollm2-135m?" in str(result.exception)
+    assert "did you mean smollm2-135m" in str(result.exception)
     assert not (home / "models" / "fake.gguf").exists()
 
 
@@ -94,7 +94,8 @@ def test_errors_through_the_real_entry_point(home: Path,
     assert done.value.code == EXIT_USAGE
     err = capsys.readouterr().err
     assert err == ("specchat: error: unknown model 'qwen2.5-coder-1.5': no such preset; "
-                   "did you mean qwen2.5-coder-1.5b or qwen2.5-coder-0.5b or qwen2.5-0.5b?\n")
+                   "did you mean qwen2.5-coder-1.5b or qwen2.5-coder-0.5b or "
+                   "qwen2.5-coder-14b?\n")
 
 
 def test_malformed_user_file_through_the_entry_point(home: Path,

@@ -53,6 +53,21 @@ def test_shipped_presets_cover_the_four_models(home: Path) -> None:
     assert [s.kind for s in target.sources] == ["hub", "mirror"]
 
 
+def test_shipped_pairs_name_a_draft_small_enough_to_pay(home: Path) -> None:
+    from specchat.models.pairing import can_pay
+
+    presets = load_presets()
+    pairs = {name: p.draft for name, p in presets.items() if p.draft is not None}
+    assert {"qwen2.5-32b", "qwen2.5-coder-7b", "qwen2.5-coder-32b", "qwen3-8b", "qwen3-32b",
+            "llama3.1-8b", "llama3.3-70b", "gemma3-12b", "gemma3-27b"} <= set(pairs)
+    for target, draft in pairs.items():
+        t, d = presets[target], presets[draft]
+        assert t.family == d.family, target
+        assert t.hf is not None or target == DEFAULT_TARGET, target
+        if target != DEFAULT_TARGET:  # its 0.5B is 44% of its 1.5B: a measured pair
+            assert can_pay(t.size, d.size), target
+
+
 def test_mirror_patterns_expand_in_order(home: Path) -> None:
     presets = load_presets()
     qwen = presets["qwen2.5-coder-1.5b"].sources[-1]

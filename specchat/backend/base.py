@@ -35,6 +35,7 @@ class RuntimeInfo:
     target_path: str = ""
     draft_name: str | None = None
     draft_path: str | None = None
+    draft_found: bool = False  # the draft was found on this machine, not named (pairing.py)
     template_note: str = ""
     template_is_fallback: bool = False
     notes: list[str] = field(default_factory=list)

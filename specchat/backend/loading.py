@@ -23,9 +23,12 @@ from specchat.backend.tuning import (
     thread_governor,
     wants_auto_costs,
 )
+from specchat.errors import SpecchatError
 from specchat.llm.template import ChatTemplate, chat_tokens
 from specchat.llm.vocab import check_compatible
 from specchat.models import DEFAULT_TARGET, default_draft_for, resolve_model
+from specchat.models.localfiles import LocalModel
+from specchat.models.pairing import find_draft
 from specchat.settings.load import LoadSettings
 from specchat.term.safe import note
 
@@ -41,6 +44,24 @@ def wants_draft(settings: LoadSettings) -> str | None:
     return settings.draft or default_draft_for(settings.model or DEFAULT_TARGET)
 
 
+def found_draft(settings: LoadSettings, target_path: Path) -> LocalModel | None:
+    """A draft looked for among the models on this machine (models/pairing.py), when the
+    mode drafts with a model and neither -d, --draft none nor the target's preset names one.
+    A search that fails costs only the draft."""
+    if not settings.spec.uses_draft_model or wants_draft(settings) is not None \
+            or settings.no_draft:
+        return None
+    try:
+        found = find_draft(target_path)
+    except (SpecchatError, OSError):
+        return None
+    if not settings.quiet and found.model is not None:
+        smaller = found.target_size / max(found.model.size, 1)
+        note(f"specchat: draft {found.model.name} found on this machine (same vocabulary, "
+             f"{smaller:.0f}x smaller; --draft none turns it off)")
+    return found.model
+
+
 def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtime:
     """Resolve, load and check the target and draft models.
 
@@ -51,6 +72,9 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
     draft_name = wants_draft(settings)
     target_path = resolve_model(target_name, quiet=settings.quiet)
     draft_path = resolve_model(draft_name, quiet=settings.quiet) if draft_name else None
+    found = found_draft(settings, target_path)
+    if found is not None:
+        draft_name, draft_path = found.name, found.path
     layers, fit = gpu_layers(settings, target_path, draft_path)
     calibration = Calibration(settings, gpu_key(layers, fit))
     closers: list[Callable[[], None]] = []
@@ -59,6 +83,7 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
     info = RuntimeInfo(
         target_name=target_name, target_path=str(target_path),
         draft_name=draft_name, draft_path=str(draft_path) if draft_path else None,
+        draft_found=found is not None,
         template_note=template.note, template_is_fallback=template.is_fallback,
         gpu=fit.summary() if fit is not None else "", gpu_layers=gpu_key(layers, fit),
     )

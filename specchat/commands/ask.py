@@ -203,6 +203,7 @@ def answer_json(backend: Backend, finished: Finished) -> dict[str, object]:
         "finish_reason": finished.reason,
         "model": backend.info.target_name,
         "draft": backend.info.draft_name,
+        "draft_found": backend.info.draft_found,
         "stats": finished.stats.to_dict(),
         "auto": backend.explain(finished.stats),
     }

@@ -96,6 +96,7 @@ def collect() -> tuple[list[tuple[str, str]], bool]:
     rows += _guard("calibration", _calibration_rows)
     rows += _guard("flash attention", _flash_rows)
     rows += _guard("drafting store", _draft_store_rows)
+    rows += _guard("local models", _local_rows)
     if built is None:
         profile = suggest_profile("CPU", Machine.here())[0]
         rows.append(("hint", f"install llama-cpp-python: backends/install.sh {profile}"))
@@ -209,6 +210,13 @@ def _models_rows() -> list[tuple[str, str]]:
     if others:
         rows.append(("other files in cache", ", ".join(others)))
     return rows
+
+
+def _local_rows() -> list[tuple[str, str]]:
+    """Models other tools keep here, and the draft a start would find (models --local)."""
+    from specchat.commands.local_models import doctor_rows
+
+    return doctor_rows()
 
 
 def _guard(label: str, probe: Callable[[], list[tuple[str, str]]]) -> list[tuple[str, str]]:

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import typer
 
+from specchat.errors import UsageError
 from specchat.models import (
     DEFAULT_TARGET,
     Preset,
@@ -23,6 +24,7 @@ from specchat.models import (
     preset_present,
 )
 from specchat.models.hfcache import cached_gguf_files
+from specchat.models.local import is_local_name
 from specchat.models.progress import human_size
 from specchat.models.resolve import hub_ref_or_none
 from specchat.models.store import recorded_sha256
@@ -44,8 +46,16 @@ def models_command(
     drafts_for: Optional[str] = typer.Option(  # Optional, not X | None: typer reads it
         None, "--drafts-for", metavar="MODEL",
         help="List the models that can draft for MODEL, and why the others cannot."),
+    local: bool = typer.Option(False, "--local", help="List every model on this machine "
+                               "(ollama, LM Studio, llama.cpp's cache, the Hugging Face cache, "
+                               "presets) and which can draft for which."),
 ) -> None:
     """List the model presets and the GGUF files in the Hugging Face cache."""
+    if local:
+        from specchat.commands.local_models import print_local
+
+        print_local(as_json)
+        return
     if drafts_for is not None:
         _print_drafts(drafts_for, as_json)
         return
@@ -78,6 +88,10 @@ def pull_command(
     from specchat.models.hffetch import resolve_ref
 
     presets = load_presets()
+    for name in names:
+        if name not in presets and is_local_name(name):
+            raise UsageError(f"{name} is a model another tool keeps on this machine: specchat "
+                             f"runs it in place (-m {name}), there is nothing to pull")
     # Check every name before downloading anything: a typo in the last name should not
     # surface after gigabytes of the first.
     chosen = [hub_ref_or_none(name, presets) or find_preset(name, presets) for name in names]

@@ -16,6 +16,7 @@ from specchat.llm.vocab import VocabInfo, check_compatible, compatibility_proble
 _LIB_NAMES = {
     "LlamaModel": "model", "load_model": "model",
     "gpu_devices": "files", "read_model_shape": "files", "read_vocab_info": "files",
+    "read_summary": "files",
     "requantize": "files", "system_info": "files", "plain_chat_llama": "files",
     "gpu_offload_supported": "lib",
 }
@@ -23,7 +24,8 @@ _LIB_NAMES = {
 __all__ = [
     "ChatTemplate", "LlamaModel", "VocabInfo", "chat_tokens", "check_compatible",
     "compatibility_problems", "gpu_devices", "gpu_offload_supported", "load_model",
-    "plain_chat_llama", "read_model_shape", "read_vocab_info", "requantize", "system_info",
+    "plain_chat_llama", "read_model_shape", "read_summary", "read_vocab_info", "requantize",
+    "system_info",
 ]
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.errors import ModelError
+from specchat.llm.vocab import VocabPrint
 
 GGUF_MAGIC = b"GGUF"
 
@@ -29,6 +31,16 @@ def check_gguf_file(path: Path) -> Path:
         raise ModelError(f"{path} is not a GGUF model file (it does not start with 'GGUF'); "
                          f"convert it with llama.cpp or pick a .gguf file")
     return path
+
+
+@dataclass(frozen=True)
+class GgufSummary:
+    """What a listing shows of a model file and what draft pairing needs, read from its
+    header alone (files.read_summary)."""
+
+    arch: str  # general.architecture: "qwen2", "llama", "gemma3", "clip" (a projector)
+    quant: str  # the file type: "Q4_K_M", "Q8_0", "F16"; "?" when the file does not say
+    vocab: VocabPrint
 
 
 HEAD_BYTES = 16 << 20  # the header (metadata, vocabulary, tensor index: 2-7 MB here) and more

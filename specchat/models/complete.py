@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from specchat.errors import SpecchatError
+from specchat.models.local import PREFIXES, local_models
 
 
 def model_candidates(incomplete: str = "") -> list[str]:
-    """Preset names, then the .gguf files in the cache, then (for a path) matching files.
+    """Preset names, then the .gguf files in the cache, then the models other tools keep
+    (once what is typed could start one of their names), then (for a path) matching files.
 
     Never raises: a broken models.toml must not turn a Tab press into a traceback.
     """
@@ -24,9 +26,20 @@ def model_candidates(incomplete: str = "") -> list[str]:
         out += sorted(str(p) for p in model_cache_dir().glob("*.gguf") if p.is_file())
     except OSError:
         pass
+    if incomplete.startswith(PREFIXES) or any(p.startswith(incomplete) for p in PREFIXES):
+        out += _local_names()
     if any(s in incomplete for s in ("/", "~")) or incomplete.startswith("."):
         out += _path_matches(incomplete)
     return [c for c in dict.fromkeys(out) if c.startswith(incomplete)]  # in order, once
+
+
+def _local_names() -> list[str]:
+    """The models other tools keep (ollama:..., lmstudio:..., llamacpp:...): folder listings
+    and manifests only, no model header is read."""
+    try:
+        return sorted(m.name for m in local_models()[0])
+    except (SpecchatError, OSError):
+        return []
 
 
 def _path_matches(incomplete: str) -> list[str]:

@@ -1,4 +1,5 @@
-"""`specchat models --drafts-for MODEL`: which models on this machine can draft for MODEL.
+"""`specchat models --drafts-for MODEL`: which models on this machine can draft for MODEL
+(presets, the Hugging Face cache, and the models ollama, LM Studio and llama.cpp keep).
 
 A downloaded candidate is judged on its real vocabulary (read without its weights) by the same
 rule `--spec draft` applies, and must be smaller than the target to be worth running. A preset
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from specchat.errors import SpecchatError
 from specchat.models.hfcache import cached_gguf_files
+from specchat.models.local import local_models
 from specchat.models.presets import Preset, load_presets
 from specchat.models.progress import human_size
 from specchat.models.resolve import preset_file, preset_present, resolve_model
@@ -35,10 +37,12 @@ def drafts_for(spec: str) -> tuple[Path, list[Candidate]]:
     judge = _Judge(target, presets[spec].family if spec in presets else None)
     found = [judge.preset(p) for p in presets.values() if p.name != spec]
     seen = {str(target.resolve())} | {c.path for c in found if c.path}
-    for cached in cached_gguf_files():
-        if str(cached.path.resolve()) not in seen:
-            seen.add(str(cached.path.resolve()))
-            found.append(judge.file(f"{cached.repo}:{cached.file}", cached.path))
+    others = [(f"{c.repo}:{c.file}", c.path) for c in cached_gguf_files()]
+    others += [(m.name, m.path) for m in local_models()[0]]  # ollama, LM Studio, llama.cpp
+    for name, path in others:
+        if str(path.resolve()) not in seen:
+            seen.add(str(path.resolve()))
+            found.append(judge.file(name, path))
     order = {True: 0, None: 1, False: 2}
     return target, sorted(found, key=lambda c: (order[c.verdict], c.size))
 

@@ -1,6 +1,7 @@
 """Turn what the user typed (a preset name, a path or a hub reference) into a GGUF file on disk.
 
-How an argument is read: a preset name is a preset; `hf.co/...`, `huggingface.co/...` and
+How an argument is read: a preset name is a preset; `ollama:`, `lmstudio:` and `llamacpp:`
+name a model another tool keeps (models/local.py); `hf.co/...`, `huggingface.co/...` and
 `https://huggingface.co/...` are always references; anything that exists on disk or starts
 with `./`, `../`, `/` or `~` is a path; `owner/name[:QUANT]` and `owner/name:FILE.gguf` are
 references; anything else ending in `.gguf` is a path. So `./owner/name` forces a path and
@@ -20,6 +21,7 @@ from specchat.models.download import pull_preset
 from specchat.models.hfcache import repo_dir, resolve_cached
 from specchat.models.hffetch import resolve_ref
 from specchat.models.hfref import HfRef, has_hub_prefix, parse_ref, require_ref
+from specchat.models.local import is_local_name, resolve_local
 from specchat.models.presets import (
     Preset,
     find_preset,
@@ -43,6 +45,8 @@ def resolve_model(name: str, *, pull: bool = True, quiet: bool = False) -> Path:
     """The GGUF file for `name`: a cached preset (pulled first if missing), a hub reference
     (downloaded first if missing) or a checked path."""
     presets = load_presets()
+    if name not in presets and is_local_name(name):  # ollama:, lmstudio:, llamacpp:
+        return resolve_local(name)
     ref = hub_ref_or_none(name, presets)
     if ref is not None:
         return store.check_gguf(resolve_ref(ref, pull=pull, quiet=quiet))
@@ -64,7 +68,7 @@ def resolve_model(name: str, *, pull: bool = True, quiet: bool = False) -> Path:
 def hub_ref_or_none(name: str, presets: dict[str, Preset] | None = None) -> HfRef | None:
     """The hub reference `name` means, or None for a preset name or a path."""
     presets = load_presets() if presets is None else presets
-    if name in presets:
+    if name in presets or is_local_name(name):
         return None
     if has_hub_prefix(name):
         return require_ref(name)
@@ -76,6 +80,8 @@ def hub_ref_or_none(name: str, presets: dict[str, Preset] | None = None) -> HfRe
 def default_draft_for(name: str) -> str | None:
     """The default draft preset of `name`; None for paths and presets that have none."""
     presets = load_presets()
+    if name not in presets and is_local_name(name):
+        return None  # another tool's model: no preset names its draft
     if hub_ref_or_none(name, presets) is not None:
         return None
     preset = _preset_or_none(name, presets)

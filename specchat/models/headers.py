@@ -1,0 +1,112 @@
+"""What the headers of model files say (architecture, quantization, vocabulary print), read
+once per file and kept: reading one costs ~0.3 s (its whole vocabulary), which fifty local
+models would make a 15-second start. An entry is keyed by the file's resolved path, size,
+mtime and inode, so a file replaced or rewritten is read again. The memo is specchat's own
+file (storage.py writes it); a damaged one is only a slower start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from specchat import storage
+from specchat.errors import ModelError, SpecchatError
+from specchat.llm.gguf import GgufSummary
+from specchat.llm.vocab import VocabPrint
+from specchat.paths import local_headers_file
+
+VERSION = 1
+MEMO_LIMIT = 16 << 20  # ~3 KB an entry: thousands of models
+
+
+class Headers:
+    """Summaries of model files, from the memo or read now (and then remembered)."""
+
+    def __init__(self, memo: Path | None = None) -> None:
+        self.memo = memo or local_headers_file()
+        self.entries = _load(self.memo)
+        self.changed = False
+        self.read_seconds = 0.0  # spent reading headers not in the memo, this run
+
+    def summary(self, path: Path, *, read: bool = True) -> GgufSummary | None:
+        """The file's summary; None when it is not remembered and `read` is False.
+        ModelError when llama.cpp cannot read its header (remembered too)."""
+        stamp = _stamp(path)
+        entry = self.entries.get(str(path))
+        if isinstance(entry, dict) and entry.get("stamp") == stamp:
+            if "error" in entry:
+                raise ModelError(str(entry["error"]))
+            found = _from_entry(entry)
+            if found is not None:
+                return found
+        if not read:
+            return None
+        from specchat.llm import read_summary  # llama.cpp loads only when a header is read
+
+        started = time.monotonic()
+        try:
+            summary: GgufSummary = read_summary(path)
+        except SpecchatError as exc:
+            self.entries[str(path)] = {"stamp": stamp, "error": str(exc)}
+            self.changed = True
+            raise ModelError(str(exc)) from None
+        finally:
+            self.read_seconds += time.monotonic() - started
+        self.entries[str(path)] = _to_entry(summary, stamp)
+        self.changed = True
+        return summary
+
+    def knows(self, path: Path) -> bool:
+        """Whether what the file's header says (or that it cannot be read) is remembered."""
+        try:
+            entry = self.entries.get(str(path))
+            return isinstance(entry, dict) and entry.get("stamp") == _stamp(path)
+        except OSError:
+            return True  # a file that is gone needs no reading
+
+    def save(self) -> None:
+        """Write what was read (best effort), forgetting files that are gone."""
+        if not self.changed:
+            return
+        kept = {p: e for p, e in self.entries.items() if os.path.exists(p)}
+        try:
+            storage.atomic_write(self.memo, json.dumps({"version": VERSION, "files": kept}),
+                                 private=False)
+        except storage.StorageError:
+            pass
+        self.changed = False
+
+
+def _stamp(path: Path) -> str:
+    st = path.stat()
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+
+
+def _load(memo: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(storage.read_limited(memo, MEMO_LIMIT))
+    except (OSError, ValueError, storage.StorageError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        return {}
+    files = data.get("files")
+    return files if isinstance(files, dict) else {}
+
+
+def _to_entry(summary: GgufSummary, stamp: str) -> dict[str, Any]:
+    v = summary.vocab
+    return {"stamp": stamp, "arch": summary.arch, "quant": summary.quant,
+            "n_tokens": v.n_tokens, "head": v.head, "tails": list(v.tails)}
+
+
+def _from_entry(entry: dict[str, Any]) -> GgufSummary | None:
+    try:
+        tails = tuple(str(t) for t in entry["tails"])
+        vocab = VocabPrint(int(entry["n_tokens"]), str(entry["head"]), tails)
+        return GgufSummary(str(entry["arch"]), str(entry["quant"]), vocab)
+    except (KeyError, TypeError, ValueError):
+        return None  # an entry of another shape: read the header again
