@@ -38,6 +38,7 @@ _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 NO_DRAFT = "none"  # the draft option's value for "no draft model" (None: the preset's default)
 FLASH_ATTN_CHOICES = ("auto", "on", "off")
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+MAX_ECHO = 200  # a wrong value longer than this (as Python writes it) is not echoed back
 
 
 @dataclass(frozen=True)
@@ -116,9 +117,10 @@ class Option:
             raise OptionError(f"{self.name} must be one of {', '.join(self.choices)}, "
                               f"not {value!r}")
         problem = self.check(value) if self.check else None
-        if problem:  # a secret is never echoed, not even a wrong one
-            raise OptionError(f"{self.name} {problem}" + ("" if self.secret else
-                                                         f", not {value!r}"))
+        if problem:  # a secret is never echoed, not even a wrong one, nor a huge value
+            shown = "" if self.secret else repr(value)
+            raise OptionError(f"{self.name} {problem}" + (f", not {shown}" if shown and
+                                                         len(shown) <= MAX_ECHO else ""))
         return value
 
     def show(self, value: Any) -> str:
