@@ -13,6 +13,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from specchat.backend.clients import Client
 from specchat.engine.events import Event
 from specchat.engine.loop import ProgressCallback
 from specchat.engine.options import GenerationOptions, Spec
@@ -96,6 +97,11 @@ class Backend(ABC):
     def explain(self, stats: Stats) -> dict[str, Any] | None:
         """Why `auto` drafted what it drafted in the answer `stats` describes (--json)."""
         return None
+
+    def for_client(self, client: Client) -> Backend:
+        """This backend answering `client` of a server: its own drafting store and `auto`
+        state, never another client's (backend/clients.py). Shares the models."""
+        return self
 
     def switch(self, *, model: str | None = KEEP, draft: str | None = KEEP,
                spec: Spec | None = None) -> Backend:

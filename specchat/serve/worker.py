@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from specchat.backend.base import Backend, Message
+from specchat.backend.clients import Client
 from specchat.engine.events import Event
 from specchat.engine.options import GenerationOptions
 from specchat.errors import PromptTooLong, SpecchatError
@@ -44,6 +45,7 @@ class Job:
     out: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     tools: ToolSet | None = None  # functions a chat answer may call
+    client: Client | None = None  # whom it is for: their own drafting (backend/clients.py)
 
     def push(self, item: Any) -> None:
         try:
@@ -172,8 +174,8 @@ class Worker:
         self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.monotonic() - start)
 
     def _events(self, job: Job) -> Generator[Event, None, None]:
-        backend = self.runtime
-        assert backend is not None
+        assert self.runtime is not None
+        backend = self.runtime if job.client is None else self.runtime.for_client(job.client)
         prompt = job.prompt
         try:
             if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):

@@ -365,6 +365,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_body", str, "8M", "Largest request body; larger ones get 413.", SERVER,
            parse=_size_text("max_body"), metavar="SIZE",
            check=lambda v: None if parse_size(v) >= 1024 else "must be at least 1K"),
+    Option("api_key_file", str, None, "A file of API keys `serve` accepts besides --api-key, "
+           "one a line; each key's requests draft from a drafting store of their own.",
+           SERVER, optional=True, metavar="FILE"),
+    Option("draft_from_chats", bool, False, "Let `serve` draft its answers from your own "
+           "chats' drafting store too (read only: clients' words never go into it). Off: "
+           "each API key drafts only from what it asked before. Only for a server you "
+           "alone use.", SERVER),
     Option("max_messages", int, 4096, "Most messages in one chat request.", SERVER,
            check=_at_least(1)),
     Option("max_connections", int, 64, "Most open connections (kept below ulimit -n); more "
