@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -51,3 +55,46 @@ def test_the_most_stop_strings_allowed_are_answered(served: Server) -> None:
                           json={**HELLO, "stop": stops})
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["finish_reason"] == "length"
+
+
+# --- a client that leaves ---------------------------------------------------------------------
+def _send(server: Server, body: dict[str, object]) -> socket.socket:
+    data = json.dumps(body).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data)
+                 + data)
+    return sock
+
+
+def _wait(condition: Callable[[], bool]) -> None:
+    for _ in range(6000):  # a minute at most, on however busy a machine
+        if condition():
+            return
+        time.sleep(0.01)
+    pytest.fail("the server never got there")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_leaves_during_a_long_prefill_stops_it_within_a_step(
+        tmp_path: Path, stream: bool) -> None:
+    """A 60,000-token prompt is ~120 prefill calls of the (slowed) model and no event; the
+    client closes its socket after a few. Counted in model calls, not seconds: what runs
+    after the close is at most the call in flight, the next one, and the 2 calls of the
+    short request that comes next (before, the whole prefill ran to its end)."""
+    server = start(tmp_path, "--ctx", "0", delay=0.02)
+    try:
+        long = {**HELLO, "max_tokens": 100_000, "stream": stream,
+                "messages": [{"role": "user", "content": "x" * 60_000}]}
+        sock = _send(server, long)
+        before = server.model_calls()
+        _wait(lambda: server.model_calls() >= before + 3)  # the prefill is under way
+        sock.close()
+        at_close = server.model_calls()
+        reply = httpx.post(server.url + "/v1/chat/completions", timeout=120,
+                           json={**HELLO, "max_tokens": 1})  # queued behind the one left
+        assert reply.status_code == 200, reply.text
+        assert server.model_calls() - at_close <= 2 + 2
+    finally:
+        stop(server)
+    assert " 499 " in server.log_text() and "Traceback" not in server.log_text()

@@ -167,6 +167,8 @@ async def _answer(worker: Worker, config: ServeConfig, body: GenerationFields,
         first = await job.next(gone)
         if isinstance(first, APIError):
             raise first
+        if isinstance(first, Done) and job.cancelled.is_set():
+            return _gone(request)  # it left before anything was written (in the prefill)
         runtime = worker.runtime
         answer = Answer(body.model or config.model, chat, tools,
                         logprobs=options.logprobs is not None,

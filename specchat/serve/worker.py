@@ -5,8 +5,9 @@ decoded at a time; the others wait in a bounded queue (a full queue is a 429). T
 loads the models itself, so the HTTP listener can answer /health (503) while they load.
 
 Cancelling: a job whose client went away is marked cancelled; the thread checks the mark
-after every engine event (one verify step) and closes the engine's generator, whose
-`finally` leaves the KV cache holding a prefix of what was committed.
+after every engine event (one verify step) and after every chunk of the prompt's prefill (a
+long prompt is many chunks and no event), and closes the engine's generator, whose `finally`
+leaves the KV cache holding a prefix of what was committed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, cast
 from specchat.backend.base import Backend, Message
 from specchat.backend.clients import Client
 from specchat.engine.events import Event
+from specchat.engine.loop import Progress
 from specchat.engine.options import GenerationOptions
 from specchat.errors import PromptTooLong, SpecchatError
 from specchat.llm.tools import ToolSet
@@ -33,6 +35,10 @@ LOADING, READY, FAILED, STOPPED = "loading", "ready", "failed", "stopped"
 
 class Done:
     """The last item of every job's output."""
+
+
+class Cancelled(Exception):
+    """Raised inside the engine (from its progress callback) when a job's client left."""
 
 
 @dataclass
@@ -162,6 +168,8 @@ class Worker:
                 job.push(event)
                 if job.cancelled.is_set():
                     break  # within one verify step of the client leaving
+        except Cancelled:
+            pass  # its client left during the prefill: nobody is listening
         except APIError as exc:
             job.push(exc)
         except Exception as exc:  # noqa: BLE001 - one failed answer must not stop the server
@@ -177,11 +185,16 @@ class Worker:
         assert self.runtime is not None
         backend = self.runtime if job.client is None else self.runtime.for_client(job.client)
         prompt = job.prompt
+
+        def progress(_: Progress) -> None:  # between two chunks of the prefill
+            if job.cancelled.is_set():
+                raise Cancelled
+
         try:
             if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
-                events = backend.answer(prompt, job.options, tools=job.tools)
+                events = backend.answer(prompt, job.options, progress, tools=job.tools)
             else:
-                events = backend.complete(cast(str | list[int], prompt), job.options)
+                events = backend.complete(cast(str | list[int], prompt), job.options, progress)
         except PromptTooLong as exc:
             param = "prompt" if isinstance(job.prompt, str) else "messages"
             size = f"at least {exc.tokens}" if exc.at_least else str(exc.tokens)
