@@ -139,3 +139,23 @@ def test_bad_key_files_and_contradictions_are_one_line(
     assert code == 2, err
     assert said in err and "key with spaces" not in err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_server_keeps_its_stores_where_bench_sessions_points_it(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bench --sessions --via serve` gives each mode's server an empty store of its own;
+    the server must keep its clients' answers there, not in the user's state folder."""
+    from specchat.bench.session_runner import Launch
+
+    mode_store = home / "bench-store"
+    env = Launch(("python",), (), 8).with_store(mode_store)
+    monkeypatch.setenv("SPECCHAT_SERVE_STORE_DIR", env["SPECCHAT_SERVE_STORE_DIR"])
+    server = start(home, "--spec", "auto")
+    try:
+        response = httpx.post(server.url + "/v1/chat/completions", timeout=60, json={
+            "model": MODEL, "messages": messages(OTHER), "max_tokens": 8})
+        assert response.status_code == 200, response.text
+    finally:
+        stop(server)
+    assert serve_records(home) == 0
+    assert sum(n for _, _, n in usage_by_vocabulary(mode_store / "open").values()) == 1
