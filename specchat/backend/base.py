@@ -103,6 +103,13 @@ class Backend(ABC):
         state, never another client's (backend/clients.py). Shares the models."""
         return self
 
+    def cancel_when(self, cancelled: Callable[[], bool] | None) -> None:
+        """Until called again with None, a long model call (a prefill chunk) stops part way
+        once `cancelled()` is true, and the answer raises errors.Cancelled; for a thread
+        where Ctrl-C cannot arrive (a server's worker). Where models cannot stop part way,
+        nothing: the answer stops at its next step."""
+        return None
+
     def switch(self, *, model: str | None = KEEP, draft: str | None = KEEP,
                spec: Spec | None = None) -> Backend:
         """A backend with another target and/or draft; this one is closed only on success."""

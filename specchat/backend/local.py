@@ -143,6 +143,12 @@ class Runtime(Backend):
                     model.truncate(0)
         return dataclasses.replace(self, drafts=drafts, auto=auto)
 
+    def cancel_when(self, cancelled: Callable[[], bool] | None) -> None:
+        for model in (self.target, self.draft):
+            stop_when = getattr(model, "cancel_when", None)  # llama.cpp's models; fakes have none
+            if stop_when is not None:
+                stop_when(cancelled)
+
     @staticmethod
     def _sharing_cores(events: Generator[Event, None, None], governor: ThreadGovernor,
                        share: CpuShare) -> Events:

@@ -6,8 +6,9 @@ loads the models itself, so the HTTP listener can answer /health (503) while the
 
 Cancelling: a job whose client went away is marked cancelled; the thread checks the mark
 after every engine event (one verify step) and after every chunk of the prompt's prefill (a
-long prompt is many chunks and no event), and closes the engine's generator, whose `finally`
-leaves the KV cache holding a prefix of what was committed.
+long prompt is many chunks and no event), and llama.cpp checks it between the graph nodes of
+a big batch (a prefill chunk on a slow machine is seconds); then the engine's generator is
+closed, whose `finally` leaves the KV cache holding a prefix of what was committed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from specchat.backend.clients import Client
 from specchat.engine.events import Event
 from specchat.engine.loop import Progress
 from specchat.engine.options import GenerationOptions
-from specchat.errors import PromptTooLong, SpecchatError
+from specchat.errors import Cancelled, PromptTooLong, SpecchatError
 from specchat.llm.tools import ToolSet
 from specchat.serve.errors import APIError
 
@@ -35,10 +36,6 @@ LOADING, READY, FAILED, STOPPED = "loading", "ready", "failed", "stopped"
 
 class Done:
     """The last item of every job's output."""
-
-
-class Cancelled(Exception):
-    """Raised inside the engine (from its progress callback) when a job's client left."""
 
 
 @dataclass
@@ -188,7 +185,7 @@ class Worker:
 
         def progress(_: Progress) -> None:  # between two chunks of the prefill
             if job.cancelled.is_set():
-                raise Cancelled
+                raise Cancelled("the client left")
 
         try:
             if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
@@ -206,9 +203,11 @@ class Worker:
             # A grammar (response_format, tools), a token id or the mode the model cannot do.
             raise APIError(400, str(exc).replace("--spec", "spec"),
                            param=getattr(exc, "param", "spec")) from None
+        backend.cancel_when(job.cancelled.is_set)
         try:
             yield from events
         finally:
+            backend.cancel_when(None)
             events.close()  # the engine's cleanup: the cache holds committed tokens only
 
 
