@@ -56,6 +56,7 @@ def serve(*, settings: Settings) -> None:
     if settings["host"] not in ("127.0.0.1", "localhost", "::1") and not config.keys:
         print(f"specchat: warning: listening on {settings['host']} without --api-key: anyone "
               "who can reach this port can use the model", file=sys.stderr)
+
     def opened() -> Backend:
         runtime = open_runtime(load)
         runtime.keep_clients_apart(clients_root, settings["draft_store"])
