@@ -57,3 +57,7 @@ class Interrupted(SpecchatError):
     """Ctrl-C outside an answer (an answer stopped by Ctrl-C is not an error: it is kept)."""
 
     exit_code = EXIT_INTERRUPTED
+
+
+class Cancelled(SpecchatError):
+    """An answer stopped because nobody waits for it any more (a server's client left)."""

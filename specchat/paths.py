@@ -132,6 +132,13 @@ def draft_store_dir() -> Path:
                      override="SPECCHAT_DRAFT_STORE_DIR")
 
 
+def serve_store_dir() -> Path:
+    """`specchat serve`'s drafting stores, one per client, apart from the owner's own
+    (backend/clients.py): $SPECCHAT_SERVE_STORE_DIR, else <state>/serve-drafts."""
+    return user_path("state", "serve-drafts", home_name="state/serve-drafts",
+                     override="SPECCHAT_SERVE_STORE_DIR")
+
+
 def input_history_file() -> Path:
     """Where the chat keeps its input history (the Up-arrow and Ctrl-R lines)."""
     return state_dir() / "history"

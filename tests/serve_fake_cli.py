@@ -17,6 +17,7 @@ import numpy as np
 
 from specchat import cli
 from specchat.backend import loading
+from specchat.backend.draftstore import open_store
 from specchat.backend.local import Runtime
 from specchat.settings.load import LoadSettings
 from tests.fake_runtime import fake_model, fake_runtime
@@ -36,10 +37,16 @@ class SlowModel(FakeModel):
 
 
 def open_fake(settings: LoadSettings, reuse: Runtime | None = None) -> Runtime:
+    """A runtime of the fake model, with the owner's drafting store opened as
+    loading.open_runtime opens it (as the settings say)."""
     base = fake_model()
     model = SlowModel(base.n_vocab, seed=0, order=2, eog=(), pieces=base.pieces,
                       n_ctx=settings.n_ctx or 100_000)
-    return fake_runtime(model)
+    runtime = fake_runtime(model)
+    runtime.drafts = open_store(model.n_vocab, model.eog_tokens, model.token_bytes,
+                                enabled=settings.draft_history, size=settings.draft_store,
+                                private=settings.private)
+    return runtime
 
 
 if __name__ == "__main__":

@@ -167,3 +167,19 @@ def test_store_clear_deletes_every_kept_answer(saved: dict[str, Path], capsys: A
     assert code == 0 and "deleted 1 answers" in err
     code, out, _ = run_cli(["history", "store"], capsys)
     assert "(empty)" in out
+
+
+def test_store_shows_and_clears_serves_stores_of_its_clients(saved: dict[str, Path],
+                                                             capsys: Any) -> None:
+    from specchat.backend.draftstore import DraftStore
+    from specchat.paths import serve_store_dir
+
+    for client in ("a" * 32, "b" * 32):
+        DraftStore(serve_store_dir() / client, "v" * 16, 1 << 20).append([1, 2, 3], 1)
+    code, out, _ = run_cli(["history", "store"], capsys)
+    assert code == 0 and "2 clients, 2 answers" in out and str(serve_store_dir()) in out
+    code, _, err = run_cli(["history", "store", "--clear", "--yes"], capsys)
+    assert code == 0 and "deleted 2 answers" in err
+    assert not any(serve_store_dir().iterdir())
+    code, out, _ = run_cli(["history", "store"], capsys)
+    assert "clients" not in out

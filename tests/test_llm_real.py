@@ -240,6 +240,48 @@ def test_interrupt_right_after_decode_drops_that_chunk(
 
 
 @real
+def test_a_cancelled_batch_stops_between_graph_nodes_on_a_worker_thread(
+        smol_path: Path) -> None:
+    """A server's worker (not the main thread, where Ctrl-C's abort works) can stop a long
+    prefill part way: llama.cpp asks between graph nodes, counted here, not timed. The chunks
+    decoded before stay cached and `tokens` says so; the next eval is exact."""
+    import threading
+
+    from specchat.errors import Cancelled
+
+    with backend.load_model(smol_path, n_ctx=512, n_threads=THREADS, n_batch=64) as model:
+        tokens = model.tokenize(PROMPT * 8)[:200]
+        asked: list[int] = []
+
+        def cancelled() -> bool:
+            asked.append(1)
+            return len(model.tokens) >= 64  # once the first chunk of 64 is in
+
+        outcome: list[BaseException] = []
+
+        def run() -> None:
+            model.cancel_when(cancelled)
+            try:
+                model.eval(tokens, [-1])
+            except BaseException as exc:  # noqa: BLE001 - the test looks at it
+                outcome.append(exc)
+            finally:
+                model.cancel_when(None)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join()
+        assert len(outcome) == 1 and isinstance(outcome[0], Cancelled)
+        assert list(model.tokens) == tokens[:64] and consistent(model)
+        # llama.cpp asked once per graph node: the second chunk stopped after its first node
+        nodes_per_chunk = len(asked) - 1
+        assert 0 < nodes_per_chunk < 10_000
+        after = model.eval(tokens[64:], [-1])
+        model.truncate(0)
+        np.testing.assert_allclose(after, model.eval(tokens, [-1]), atol=1e-4)
+
+
+@real
 def test_failed_decode_keeps_earlier_chunks(smol_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     with backend.load_model(smol_path, n_ctx=256, n_threads=THREADS, n_batch=4) as model:

@@ -307,3 +307,41 @@ def test_a_request_extending_the_conversation_reuses_its_prefix(served: Served) 
     cached = follow.usage.prompt_tokens_details.cached_tokens
     assert first.usage.prompt_tokens <= cached < follow.usage.prompt_tokens
     assert f"reused {cached} prompt tokens" in served.wait_log(f"reused {cached} prompt")
+
+
+def test_two_api_keys_draft_apart_and_leave_the_owners_store_alone(
+        smol: Path, tmp_path: Path) -> None:
+    """The owner asked a question with `ask` (their store keeps it); a server with two keys
+    answers it: neither key drafts from the owner's answer, the second key nothing from the
+    first's, and no client's words reach the owner's store (backend/clients.py)."""
+    import httpx
+
+    from specchat.backend.draftstore import usage_by_vocabulary
+
+    question = "Write a haiku about a river."
+    asked = subprocess.run([sys.executable, "-m", "specchat", "ask", "-m", MODEL, *COMMON,
+                            "--spec", "auto", "-t", "0", "-n", "40", question], cwd=ROOT,
+                           env=_env(tmp_path, smol), capture_output=True, text=True,
+                           timeout=600)
+    assert asked.returncode == 0, asked.stderr
+    owner = tmp_path / "state" / "drafts"
+    assert sum(n for _, _, n in usage_by_vocabulary(owner).values()) == 1
+    (tmp_path / "keys").write_text("key-alice\nkey-bob\n")
+    server = start_server(tmp_path, smol, "--spec", "auto", "--api-key-file",
+                          str(tmp_path / "keys"))
+    usages = []
+    try:
+        for key in ("key-alice", "key-alice", "key-bob"):
+            reply = httpx.post(server.url + "/v1/chat/completions", timeout=600,
+                               headers={"Authorization": f"Bearer {key}"},
+                               json={"model": MODEL, "max_tokens": 40, "temperature": 0,
+                                     "messages": [{"role": "user", "content": question}]})
+            assert reply.status_code == 200, reply.text
+            usages.append(reply.json()["usage"])
+    finally:
+        stop(server)
+    drafted = [u["speculative"]["sources"].get("history", {}).get("drafted", 0)
+               for u in usages]
+    assert drafted[0] == 0 and drafted[1] > 0 and drafted[2] == 0
+    assert usages[2]["prompt_tokens_details"]["cached_tokens"] == 0  # not Alice's prompt
+    assert sum(n for _, _, n in usage_by_vocabulary(owner).values()) == 1

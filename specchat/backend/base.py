@@ -13,6 +13,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from specchat.backend.clients import Client
 from specchat.engine.events import Event
 from specchat.engine.loop import ProgressCallback
 from specchat.engine.options import GenerationOptions, Spec
@@ -96,6 +97,18 @@ class Backend(ABC):
 
     def explain(self, stats: Stats) -> dict[str, Any] | None:
         """Why `auto` drafted what it drafted in the answer `stats` describes (--json)."""
+        return None
+
+    def for_client(self, client: Client) -> Backend:
+        """This backend answering `client` of a server: its own drafting store and `auto`
+        state, never another client's (backend/clients.py). Shares the models."""
+        return self
+
+    def cancel_when(self, cancelled: Callable[[], bool] | None) -> None:
+        """Until called again with None, a long model call (a prefill chunk) stops part way
+        once `cancelled()` is true, and the answer raises errors.Cancelled; for a thread
+        where Ctrl-C cannot arrive (a server's worker). Where models cannot stop part way,
+        nothing: the answer stops at its next step."""
         return None
 
     def switch(self, *, model: str | None = KEEP, draft: str | None = KEEP,

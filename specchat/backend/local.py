@@ -9,6 +9,7 @@ import dataclasses
 import sys
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specchat.backend.base import (
@@ -19,8 +20,15 @@ from specchat.backend.base import (
     ProgressCallback,
     RuntimeInfo,
 )
+from specchat.backend.clients import Client, Clients, DraftSource
 from specchat.backend.cpushare import CpuShare
-from specchat.backend.draftstore import MAX_PROMPT, DraftStore, record_start, tag_of
+from specchat.backend.draftstore import (
+    MAX_PROMPT,
+    DraftStore,
+    open_store,
+    record_start,
+    tag_of,
+)
 from specchat.backend.promptcache import PromptCache, StatefulModel
 from specchat.backend.structured import Guides, uses_tools, with_format_note
 from specchat.engine.auto import AutoState
@@ -63,7 +71,8 @@ class Runtime(Backend):
     # switch() calls. None: built by hand, cannot switch.
     reopen: Callable[[LoadSettings, Runtime], Runtime] | None = None
     tuned: Tuned | None = None  # the loaded models as tuning measured them (open_runtime)
-    drafts: DraftStore | None = None  # earlier prompts and answers `auto` drafts from
+    drafts: DraftSource | None = None  # earlier prompts and answers `auto` drafts from
+    clients: Clients | None = None  # a server's clients, each drafting apart (clients.py)
     # Prompts with tools and grammars for structured answers (None: free text only)
     guides: Guides | None = None
 
@@ -94,7 +103,7 @@ class Runtime(Backend):
         return self._recording(events, self.drafts, list(head))
 
     @staticmethod
-    def _recording(events: Events, store: DraftStore, head: list[int]) -> Events:
+    def _recording(events: Events, store: DraftSource, head: list[int]) -> Events:
         """The Finished event goes out before the record is written: writing never delays
         the answer. A store that cannot be written costs a note, never the answer."""
         for event in events:
@@ -105,6 +114,40 @@ class Runtime(Backend):
                 except StorageError as exc:
                     print(f"specchat: note: the drafting store was not written: {exc}",
                           file=sys.stderr)
+
+    def keep_clients_apart(self, root: Path | None, size: str) -> None:
+        """Answer for_client() from each client's own store under `root` (None: no store)
+        and `auto` state; the store this runtime opened (the owner's chats) is only read."""
+        target, base = self.target, self.auto
+
+        def own_store(name: str) -> DraftStore | None:
+            if root is None:
+                return None
+            return open_store(target.n_vocab, target.eog_tokens, target.token_bytes,
+                              enabled=True, size=size, private=False, root=root / name)
+
+        def fresh_auto() -> AutoState:
+            return AutoState(target_costs=base.target_costs, draft_costs=base.draft_costs,
+                             overhead=base.overhead)
+
+        chats = self.drafts if isinstance(self.drafts, DraftStore) else None
+        self.clients = Clients(own_store, fresh_auto, chats)
+
+    def for_client(self, client: Client) -> Backend:
+        if self.clients is None:
+            return self
+        drafts, auto, switched = self.clients.enter(client)
+        if switched:  # the cache's prompt is another client's: reusing it would tell them
+            for model in (self.target, self.draft):
+                if model is not None:
+                    model.truncate(0)
+        return dataclasses.replace(self, drafts=drafts, auto=auto)
+
+    def cancel_when(self, cancelled: Callable[[], bool] | None) -> None:
+        for model in (self.target, self.draft):
+            stop_when = getattr(model, "cancel_when", None)  # llama.cpp's models; fakes have none
+            if stop_when is not None:
+                stop_when(cancelled)
 
     @staticmethod
     def _sharing_cores(events: Generator[Event, None, None], governor: ThreadGovernor,

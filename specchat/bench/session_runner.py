@@ -2,7 +2,8 @@
 really sent: each request a fresh `specchat ask` process (a shell loop), or every request
 to one `specchat serve` process per mode (an agent calling a server).
 
-Each mode gets a drafting store of its own, empty at the start (SPECCHAT_DRAFT_STORE_DIR):
+Each mode gets a drafting store of its own, empty at the start (SPECCHAT_DRAFT_STORE_DIR,
+and SPECCHAT_SERVE_STORE_DIR for a server):
 per session with processes, per run with a server (a server keeps one store across the
 sessions it serves). Speed is the engine's own decode time (tokens over seconds after the
 prefill), read from `ask --json` or the server's `usage.speculative`; llama-cpp-python's
@@ -65,7 +66,10 @@ class Launch:
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
     def with_store(self, directory: Path) -> dict[str, str]:
-        return {**self.env, "SPECCHAT_DRAFT_STORE_DIR": str(directory), "NO_COLOR": "1"}
+        # A server keeps its clients' stores apart from the owner's (backend/clients.py):
+        # both point at the mode's own, so neither reads nor fills the user's.
+        return {**self.env, "SPECCHAT_DRAFT_STORE_DIR": str(directory),
+                "SPECCHAT_SERVE_STORE_DIR": str(directory), "NO_COLOR": "1"}
 
 
 Listener = Callable[[Outcome], None]

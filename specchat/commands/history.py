@@ -6,6 +6,7 @@ a terminal; exact into a pipe or a file; a full disk is one line and exit 1).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from specchat.backend.draftstore import forget_everywhere, tag_of, usage_by_voca
 from specchat.chat import archive
 from specchat.chat.store import read_records, summaries
 from specchat.errors import UsageError
-from specchat.paths import draft_store_dir
+from specchat.paths import draft_store_dir, serve_store_dir
 from specchat.term import output
 from specchat.term.safe import note
 
@@ -107,9 +108,9 @@ def rm(ident: Ident,
 
 
 @app.command("store", help="Where the drafting store of earlier prompts and answers is, "
-             "and how big (--clear: delete it).")
+             "and how big, with `serve`'s stores of its clients (--clear: delete them all).")
 def store(clear_: Annotated[bool, typer.Option("--clear", help="Delete every answer in "
-                            "it (asks first unless --yes).")] = False,
+                            "them (asks first unless --yes).")] = False,
           yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False
           ) -> None:
     root = draft_store_dir()
@@ -120,17 +121,37 @@ def store(clear_: Annotated[bool, typer.Option("--clear", help="Delete every ans
                     f"{files} files")
     if not usage:
         output.line("  (empty)")
-    if not clear_ or not usage:
+    clients = _served_stores()
+    if clients:
+        kept = [u for d in clients for u in usage_by_vocabulary(d).values()]
+        output.line(f"serve's stores of its clients: {serve_store_dir()}: {len(clients)} "
+                    f"clients, {sum(u[2] for u in kept)} answers, "
+                    f"{sum(u[1] for u in kept) / 1e6:.1f} MB")
+    if not clear_ or not (usage or clients):
         return
     if not yes:
         if not sys.stdin.isatty():
             raise UsageError("history store --clear would delete every kept answer: confirm "
                              "in a terminal or pass --yes")
-        if not typer.confirm("delete every answer in the drafting store?", default=False,
+        if not typer.confirm("delete every answer in the drafting stores?", default=False,
                              err=True):
             note("nothing deleted")
             return
-    note(f"deleted {clear_store(root)} answers from the drafting store")
+    gone = clear_store(root) + sum(clear_store(d) for d in clients)
+    for folder in clients:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    note(f"deleted {gone} answers from the drafting store" +
+         (" and serve's stores" if clients else ""))
+
+
+def _served_stores() -> list[Path]:
+    """Each client's folder of `serve`'s drafting stores (backend/clients.py)."""
+    base = serve_store_dir()
+    try:
+        return sorted(d for d in base.iterdir() if d.is_dir() and not d.is_symlink())
+    except OSError:
+        return []
 
 
 @app.command("export", help="Write a conversation as Markdown or JSON (stdout, or -o FILE).")

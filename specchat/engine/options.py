@@ -26,6 +26,11 @@ class Spec(StrEnum):
 SPEC_MODES: tuple[str, ...] = tuple(mode.value for mode in Spec)
 
 
+# A request's stop strings: the text stream matches them in time independent of their number
+# (engine/stops.py), but building the matcher and holding its states costs their total size.
+# OpenAI takes 4; these are generous for any real use and bounded (docs/security.md).
+MAX_STOPS = 256
+MAX_STOP_CHARS = 16_384
 RANDOM_SEED = -1  # --seed -1: a fresh random seed (the same as no seed)
 # Below this a temperature is its limit, greedy: 1/T of the tiniest ones (1e-320) is infinite
 # and sampling would divide by it into NaN, and already at 1e-8 any logit gap of 1e-6 or
@@ -130,6 +135,11 @@ class GenerationOptions:
         object.__setattr__(self, "spec", Spec(self.spec))  # "off" given as text is Spec.OFF
         _check(0 <= self.draft_max <= 64, "draft_max must be in [0, 64]")
         _check(all(self.stop), "stop strings must not be empty")
+        _check(len(self.stop) <= MAX_STOPS, f"stop holds {len(self.stop)} strings; at most "
+               f"{MAX_STOPS} are taken: send fewer")
+        size = sum(map(len, self.stop))
+        _check(size <= MAX_STOP_CHARS, f"stop strings hold {size} characters in all; at most "
+               f"{MAX_STOP_CHARS} are taken: send shorter ones")
         _check(1 <= self.draft_min_match <= 16, "draft_min_match must be in [1, 16]")
         _check(self.logprobs is None or 0 <= self.logprobs <= 20, "logprobs must be in [0, 20]")
 

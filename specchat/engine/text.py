@@ -10,12 +10,15 @@ from __future__ import annotations
 import codecs
 from collections.abc import Sequence
 
+from specchat.engine.stops import StopMatcher
+
 
 class TextStream:
     """Feed token bytes in order; get back the text that is safe to print."""
 
     def __init__(self, stops: Sequence[str] = ()) -> None:
         self.stops = tuple(s for s in stops if s)
+        self._matcher = StopMatcher(self.stops)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._held = ""  # decoded, but could be the start of a stop string
         self.stopped = False
@@ -26,15 +29,23 @@ class TextStream:
         string completes (the text before it is returned, the rest is dropped)."""
         if self.stopped:
             return ""
-        pending = self._held + self._decoder.decode(data)
-        cut = self._first_stop(pending)
-        if cut is not None:
+        new = self._decoder.decode(data)
+        pending = self._held + new
+        start = self._matcher.feed(new)
+        if start is not None:  # the earliest stop string: it may have begun in what was held
             self.stopped = True
+            cut = len(self._held) + start
             self._held = ""
             return self._release(pending[:cut])
-        hold = self._partial_stop(pending)
+        # The held text is always the matcher's depth: what could still begin a stop string.
+        hold = self._matcher.held
         self._held = pending[len(pending) - hold:] if hold else ""
         return self._release(pending[: len(pending) - hold])
+
+    @property
+    def stop_work(self) -> int:
+        """Moves the stop-string matcher has made (tests count work, never time)."""
+        return self._matcher.work
 
     def flush(self, complete: bool = True) -> str:
         """The end of the answer: release what was held (a stop string that never
@@ -53,17 +64,3 @@ class TextStream:
     def _release(self, text: str) -> str:
         self.text += text
         return text
-
-    def _first_stop(self, text: str) -> int | None:
-        found = [i for i in (text.find(s) for s in self.stops) if i >= 0]
-        return min(found) if found else None
-
-    def _partial_stop(self, text: str) -> int:
-        """Length of the longest suffix of `text` that is a proper prefix of a stop string."""
-        best = 0
-        for stop in self.stops:
-            for n in range(min(len(stop) - 1, len(text)), best, -1):
-                if text.endswith(stop[:n]):
-                    best = n
-                    break
-        return best

@@ -9,7 +9,7 @@ and `Llama` either keeps one row or allocates n_ctx x n_vocab floats for all of 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -17,7 +17,7 @@ import llama_cpp
 import numpy as np
 
 from specchat.engine.protocol import ContextFullError
-from specchat.errors import ModelError, UsageError
+from specchat.errors import Cancelled, ModelError, UsageError
 from specchat.llm.batch import chunk_spans, normalize_rows, rows_in_span
 from specchat.llm.cbuf import log_reason, read_negative_size, read_tokens, token_or_none
 from specchat.llm.context import exact_context
@@ -38,6 +38,8 @@ from specchat.llm.lib import (
 )
 from specchat.llm.seqtree import TREE_SEQUENCES, TreeBatches, sequence_zero, sequences_for
 from specchat.llm.vocab import VOCAB_TYPES, VocabInfo
+
+DECODE_ABORTED = 2  # llama_decode's code for a batch its abort callback stopped
 
 WPM = next(k for k, v in VOCAB_TYPES.items() if v == "wpm")
 # fewest_tokens() scans the vocabulary only for a text of at least this many bytes per
@@ -126,6 +128,8 @@ class LlamaModel(TreeBatches):
         self._longest: int | None = None  # the most bytes one token stands for (fewest_tokens)
         self._eog: frozenset[int] | None = None
         self._metadata: dict[str, str] | None = None
+        self._cancelled: Callable[[], bool] | None = None  # cancel_when()
+        self._cancel_callback: Any = None  # its C callback, referenced while it may be called
         self._batch: Any = llama_cpp.llama_batch_init(n_batch, 0, TREE_SEQUENCES)
         # Every row belongs to sequence 0; set once (a tree batch puts it back after use).
         # token/pos/logits are filled per call through numpy views of the C arrays.
@@ -174,9 +178,10 @@ class LlamaModel(TreeBatches):
         if ids.min() < 0 or ids.max() >= self._n_vocab:
             raise ValueError(f"token ids must be in [0, {self._n_vocab}) for {self.path.name}")
         with ABORT.armed() as armed:
-            abortable = armed and n >= ABORTABLE_BATCH
+            callback = ABORT_CALLBACK if armed else self._cancel_callback
+            abortable = callback is not None and n >= ABORTABLE_BATCH
             if abortable:
-                llama_cpp.llama_set_abort_callback(self._ctx, ABORT_CALLBACK, None)
+                llama_cpp.llama_set_abort_callback(self._ctx, callback, None)
             try:
                 for lo, hi in chunk_spans(n, self._n_batch):
                     self._decode_chunk(ids[lo:hi], start + lo, rows_in_span(rows, lo, hi), out)
@@ -202,6 +207,8 @@ class LlamaModel(TreeBatches):
         rc = llama_cpp.llama_decode(self._ctx, self._batch)
         LOG.raise_pending_interrupt()  # the except in eval() drops this chunk again
         ABORT.raise_pending_interrupt()
+        if rc == DECODE_ABORTED and self._cancelled is not None and self._cancelled():
+            raise Cancelled("the answer was cancelled")
         if rc != 0:
             raise ModelError(f"llama_decode failed (code {rc}) at position {pos}: "
                              f"{log_reason(LOG.errors)}")
@@ -209,6 +216,15 @@ class LlamaModel(TreeBatches):
         for k, i in wanted:
             row = llama_cpp.llama_get_logits_ith(self._ctx, i)
             out[k] = np.ctypeslib.as_array(row, shape=(self._n_vocab,))
+
+    def cancel_when(self, cancelled: Callable[[], bool] | None) -> None:
+        """From now on a batch of ABORTABLE_BATCH tokens or more stops between two graph
+        nodes once `cancelled()` is true, and eval() raises Cancelled, the cache holding the
+        chunks decoded before (None: never). For a thread other than the main one, where
+        Ctrl-C cannot arrive: a server's worker, whose client may leave mid-prefill."""
+        self._cancelled = cancelled
+        self._cancel_callback = None if cancelled is None else \
+            llama_cpp.ggml_abort_callback(lambda _data: bool(cancelled()))
 
     def set_flash_attn(self, enabled: bool | None) -> None:
         """A new, empty KV cache with flash attention on or off (None: llama.cpp's default),

@@ -19,6 +19,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from specchat.backend.clients import EVERYONE, Client, client_name
 from specchat.engine.events import Chunk, Finished
 from specchat.llm.tools import ToolSet
 from specchat.serve import errors
@@ -53,6 +54,7 @@ class ServeConfig:
     defaults: Mapping[str, Any]  # generation option values a request may override
     system: str | None = None
     api_key: str | None = None
+    more_keys: tuple[str, ...] = ()  # from --api-key-file: each key is a client of its own
     aliases: set[str] = field(default_factory=set)
     created: int = field(default_factory=lambda: int(time.time()))
     guard: Policy = field(default_factory=Policy)  # hosts, origins, body size, read timeout
@@ -60,6 +62,11 @@ class ServeConfig:
 
     def accepts(self, name: str) -> bool:
         return name == self.model or name in self.aliases
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every API key a client may send (none: the server is open to anyone)."""
+        return ((self.api_key,) if self.api_key else ()) + self.more_keys
 
 
 def model_aliases(model: str) -> set[str]:
@@ -73,8 +80,10 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
     app.add_middleware(Guard, policy=config.guard)  # inside the log: refusals are logged too
     app.add_middleware(AccessLog)
 
+    keys = config.keys
+
     async def authorized(request: Request) -> None:
-        if config.api_key is None:
+        if not keys:
             return
         given = request.headers.get("authorization", "")
         scheme, _, key = given.partition(" ")
@@ -82,10 +91,13 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
             raise APIError(401, "missing API key: send 'Authorization: Bearer KEY' with the "
                            "key this server was started with (--api-key)",
                            code="invalid_api_key")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(key.strip().encode(),
-                                                                 config.api_key.encode()):
+        sent = key.strip().encode()
+        # Every key is compared, so the time taken does not say which one came close.
+        matches = [hmac.compare_digest(sent, k.encode()) for k in keys]
+        if scheme.lower() != "bearer" or not any(matches):
             raise APIError(401, "wrong API key: send the key this server was started with "
                            "(--api-key) as 'Authorization: Bearer KEY'", code="invalid_api_key")
+        request.state.client = client_name(keys[matches.index(True)])
 
     guarded = [Depends(authorized)]
 
@@ -145,7 +157,9 @@ async def _answer(worker: Worker, config: ServeConfig, body: GenerationFields,
                   prompt: Any, request: Request, *, chat: bool,
                   tools: ToolSet | None = None) -> Response:
     options = await run_in_threadpool(request_options, body, config.defaults)
-    job = Job(prompt, options, asyncio.get_running_loop(), tools=tools)
+    # Whose store this answer drafts from, and whether it may be kept ("store": false).
+    client = Client(getattr(request.state, "client", EVERYONE), keep=body.store is not False)
+    job = Job(prompt, options, asyncio.get_running_loop(), tools=tools, client=client)
     worker.submit(job)
     # Until a response starts, a task listens for the client leaving: the events of a long
     # answer arrive without pause, so polling between them would never see it.
@@ -158,6 +172,8 @@ async def _answer(worker: Worker, config: ServeConfig, body: GenerationFields,
         first = await job.next(gone)
         if isinstance(first, APIError):
             raise first
+        if isinstance(first, Done) and job.cancelled.is_set():
+            return _gone(request)  # it left before anything was written (in the prefill)
         runtime = worker.runtime
         answer = Answer(body.model or config.model, chat, tools,
                         logprobs=options.logprobs is not None,

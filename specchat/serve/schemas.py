@@ -59,6 +59,7 @@ class GenerationFields(_Lenient):
     n: int | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
+    store: bool | None = None  # false: nothing of this request is kept (backend/clients.py)
     # specchat / llama-server extensions
     repeat_penalty: float | None = None
     repeat_last_n: int | None = None

@@ -5,8 +5,10 @@ decoded at a time; the others wait in a bounded queue (a full queue is a 429). T
 loads the models itself, so the HTTP listener can answer /health (503) while they load.
 
 Cancelling: a job whose client went away is marked cancelled; the thread checks the mark
-after every engine event (one verify step) and closes the engine's generator, whose
-`finally` leaves the KV cache holding a prefix of what was committed.
+after every engine event (one verify step) and after every chunk of the prompt's prefill (a
+long prompt is many chunks and no event), and llama.cpp checks it between the graph nodes of
+a big batch (a prefill chunk on a slow machine is seconds); then the engine's generator is
+closed, whose `finally` leaves the KV cache holding a prefix of what was committed.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from specchat.backend.base import Backend, Message
+from specchat.backend.clients import Client
 from specchat.engine.events import Event
+from specchat.engine.loop import Progress
 from specchat.engine.options import GenerationOptions
 from specchat.engine.sampling import NoTokenLeft
-from specchat.errors import PromptTooLong, SpecchatError
+from specchat.errors import Cancelled, PromptTooLong, SpecchatError
 from specchat.llm.tools import ToolSet
 from specchat.serve.errors import APIError
 
@@ -45,6 +49,7 @@ class Job:
     out: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     tools: ToolSet | None = None  # functions a chat answer may call
+    client: Client | None = None  # whom it is for: their own drafting (backend/clients.py)
 
     def push(self, item: Any) -> None:
         try:
@@ -161,6 +166,8 @@ class Worker:
                 job.push(event)
                 if job.cancelled.is_set():
                     break  # within one verify step of the client leaving
+        except Cancelled:
+            pass  # its client left during the prefill: nobody is listening
         except APIError as exc:
             job.push(exc)
         except NoTokenLeft as exc:
@@ -175,14 +182,19 @@ class Worker:
         self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.monotonic() - start)
 
     def _events(self, job: Job) -> Generator[Event, None, None]:
-        backend = self.runtime
-        assert backend is not None
+        assert self.runtime is not None
+        backend = self.runtime if job.client is None else self.runtime.for_client(job.client)
         prompt = job.prompt
+
+        def progress(_: Progress) -> None:  # between two chunks of the prefill
+            if job.cancelled.is_set():
+                raise Cancelled("the client left")
+
         try:
             if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
-                events = backend.answer(prompt, job.options, tools=job.tools)
+                events = backend.answer(prompt, job.options, progress, tools=job.tools)
             else:
-                events = backend.complete(cast(str | list[int], prompt), job.options)
+                events = backend.complete(cast(str | list[int], prompt), job.options, progress)
         except PromptTooLong as exc:
             param = "prompt" if isinstance(job.prompt, str) else "messages"
             size = f"at least {exc.tokens}" if exc.at_least else str(exc.tokens)
@@ -194,9 +206,11 @@ class Worker:
             # A grammar (response_format, tools), a token id or the mode the model cannot do.
             raise APIError(400, str(exc).replace("--spec", "spec"),
                            param=getattr(exc, "param", "spec")) from None
+        backend.cancel_when(job.cancelled.is_set)
         try:
             yield from events
         finally:
+            backend.cancel_when(None)
             events.close()  # the engine's cleanup: the cache holds committed tokens only
 
 

@@ -38,6 +38,7 @@ _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 NO_DRAFT = "none"  # the draft option's value for "no draft model" (None: the preset's default)
 FLASH_ATTN_CHOICES = ("auto", "on", "off")
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+MAX_ECHO = 200  # a wrong value longer than this (as Python writes it) is not echoed back
 
 
 @dataclass(frozen=True)
@@ -116,9 +117,10 @@ class Option:
             raise OptionError(f"{self.name} must be one of {', '.join(self.choices)}, "
                               f"not {value!r}")
         problem = self.check(value) if self.check else None
-        if problem:  # a secret is never echoed, not even a wrong one
-            raise OptionError(f"{self.name} {problem}" + ("" if self.secret else
-                                                         f", not {value!r}"))
+        if problem:  # a secret is never echoed, not even a wrong one, nor a huge value
+            shown = "" if self.secret else repr(value)
+            raise OptionError(f"{self.name} {problem}" + (f", not {shown}" if shown and
+                                                         len(shown) <= MAX_ECHO else ""))
         return value
 
     def show(self, value: Any) -> str:
@@ -363,6 +365,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_body", str, "8M", "Largest request body; larger ones get 413.", SERVER,
            parse=_size_text("max_body"), metavar="SIZE",
            check=lambda v: None if parse_size(v) >= 1024 else "must be at least 1K"),
+    Option("api_key_file", str, None, "A file of API keys `serve` accepts besides --api-key, "
+           "one a line; each key's requests draft from a drafting store of their own.",
+           SERVER, optional=True, metavar="FILE"),
+    Option("draft_from_chats", bool, False, "Let `serve` draft its answers from your own "
+           "chats' drafting store too (read only: clients' words never go into it). Off: "
+           "each API key drafts only from what it asked before. Only for a server you "
+           "alone use.", SERVER),
     Option("max_messages", int, 4096, "Most messages in one chat request.", SERVER,
            check=_at_least(1)),
     Option("max_connections", int, 64, "Most open connections (kept below ulimit -n); more "
