@@ -355,7 +355,7 @@ class AutoPolicy:
             self.draft.stop = None
         kept = rule.keep(self.draft.confidence[: len(draft.tokens)])
         self._confidence = self.draft.confidence[:kept]
-        return Draft(draft.tokens[:kept], None if draft.q is None else draft.q[:kept])
+        return draft.cut(kept)
 
     # --- choosing ----------------------------------------------------------------------------
     def _candidates(self, context: Sequence[int], k: int, avail: Sequence[int],
