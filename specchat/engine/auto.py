@@ -69,9 +69,15 @@ BEST_DRAFT_ACCEPTANCE = 0.95  # above what the 0.5B draft reached here (docs/cos
 MAX_MATCH_EXTENSION = 32  # how far back a match is followed to measure its real length
 MAX_SHADOWS = 64  # undrafted lookups waiting for the target's tokens to score them
 # A draft model's cache lagging more than this is cold: it catches up only once the answer
-# has shown that it pays (draftlength.CatchUp); less is caught up in its next step.
+# has shown that it pays (draftlength.CatchUp); less is caught up in its next step, unless
+# even that is dear and not expected to pay back (AutoPolicy._rent_first).
 COLD_LAG = 64
 EXPLORE_TRIALS = 10  # draft-model steps before its rent is reckoned without optimism
+# How often a draft-model step keeps at least one token after its trim (draftlength.py), before
+# any was seen, and how fast the draft steps a trimmed step took are followed.
+KEPT_PRIOR = 0.95
+TRIM_STEPS_WEIGHT = 0.2
+ANSWER_WEIGHT = 0.3  # how much one answer's length moves the expected length of the next
 
 
 @dataclass
@@ -84,6 +90,13 @@ class AutoState:
     overhead: float = 0.0  # seconds per step outside verify and drafting (sampling, Python)
     models: dict[Hashable, AcceptanceModel] = field(default_factory=dict)
     decisions: Counter[str] = field(default_factory=Counter)
+    # Whether a draft-model step kept any token after its trim, and how many draft steps one
+    # that kept none took (a catch-up aside): cost.Candidate.miss.
+    draft_kept: AcceptanceModel = field(default_factory=lambda: AcceptanceModel(KEPT_PRIOR))
+    trim_steps: float = 1.0
+    # Tokens an answer is expected to have (learnt across answers), and the one under way's.
+    answer_tokens: float = 64.0
+    tokens_this_answer: int = 0
     last: Choice = field(default_factory=lambda: Choice(None, 0, 1.0))
 
     def model(self, key: Hashable) -> AcceptanceModel:
@@ -103,8 +116,11 @@ class AutoState:
 
     def new_answer(self) -> None:
         """A new prompt may copy much less (or more) than the last: weigh the past less."""
-        for m in self.models.values():
+        for m in (*self.models.values(), self.draft_kept):
             m.fade(ANSWER_FADE)
+        if self.tokens_this_answer:
+            self.answer_tokens += ANSWER_WEIGHT * (self.tokens_this_answer - self.answer_tokens)
+        self.tokens_this_answer = 0
 
     def export_acceptance(self) -> dict[str, dict[str, list[float]]]:
         """The acceptance counts learnt so far, JSON-ready, for the next process to start
@@ -162,6 +178,7 @@ class AutoState:
             "overhead_seconds": self.overhead,
             "acceptance_estimates": rates,
             "history_estimates": history,
+            "draft_model_kept": round(self.draft_kept.rate(1), 3),
             "decisions": dict(self.decisions),
             "last_choice": {"drafter": self.last.drafter, "k": self.last.k,
                             "expected_speedup": round(self.last.expected_speedup, 3)},
@@ -247,6 +264,8 @@ class AutoPolicy:
         # Lookups auto saw but did not draft: (key, continuation, context length then).
         self._shadows: list[tuple[Hashable, tuple[int, ...], int]] = []
         self._confidence: list[float] = []  # the draft model's, per token it drafted last
+        self._draft_steps = 0  # how many tokens the draft model drafted last, before its trim
+        self._renting = False  # a short prompt's catch-up waits for the rent (_rent_first)
         self._catch_up = CatchUp()  # what a cold draft model would have saved this answer
         state.new_answer()
 
@@ -255,7 +274,8 @@ class AutoPolicy:
         if self.draft is not None:
             # Filled now only when it holds most of the context already (draftlength.py).
             lag = len(context) - 1 - common_prefix(self.draft.model.tokens, context[:-1])
-            self.draft.prepare(context, fill=lag <= COLD_LAG)
+            self._renting = lag <= COLD_LAG and self._rent_first(lag)
+            self.draft.prepare(context, fill=lag <= COLD_LAG and not self._renting)
 
     def propose(self, context: Sequence[int], limit: int,
                 rng: np.random.Generator) -> Draft | TreeDraft:
@@ -287,6 +307,7 @@ class AutoPolicy:
             self._history_depth = plan.depth
             return plan.draft
         if choice.drafter == "draft" and self.draft is not None:
+            self._renting = False  # paid for: it catches up now
             return self._draft_model(context, choice, limit, rng)
         return EMPTY_DRAFT
 
@@ -300,6 +321,9 @@ class AutoPolicy:
 
     def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
                 verify_seconds: float = 0.0) -> None:
+        self.state.tokens_this_answer += accepted + 1
+        if self._drafter == "draft":
+            self._observe_trim(drafted)
         if self._key is not None and drafted:
             self.state.model(self._key).observe(drafted, accepted)
             self._last[self._drafter or "ngram"] = (LAST_FULL if accepted >= drafted
@@ -316,6 +340,15 @@ class AutoPolicy:
             self._last = dict.fromkeys(self._last, NO_DRAFT_YET)
         self._key = None
         self._confidence = []
+
+    def _observe_trim(self, drafted: int) -> None:
+        """A draft-model step whose trim kept nothing was a plain step that also paid for
+        its draft steps: how often that happens, and how many it took, price the next choice
+        of the draft model."""
+        self.state.draft_kept.observe(1, int(drafted > 0))
+        if not drafted:
+            state = self.state
+            state.trim_steps += TRIM_STEPS_WEIGHT * (self._draft_steps - state.trim_steps)
 
     def _resolve_shadows(self, context: Sequence[int]) -> None:
         """Score the lookups auto did not draft against what the target then wrote.
@@ -353,6 +386,7 @@ class AutoPolicy:
             draft = self.draft.propose(context, k, rng)
         finally:
             self.draft.stop = None
+        self._draft_steps = len(draft.tokens)
         kept = rule.keep(self.draft.confidence[: len(draft.tokens)])
         self._confidence = self.draft.confidence[:kept]
         return draft.cut(kept)
@@ -370,13 +404,37 @@ class AutoPolicy:
             return out, None
         costs = self.state.draft_costs
         gap = max(1, len(context) - len(self.draft.model.tokens))
-        cold = gap > COLD_LAG
+        cold = gap > COLD_LAG or self._renting
         catch_up = costs.cost(1 if cold else gap)  # a paid-for catch-up is spent already
+        trimmed = catch_up + max(self.state.trim_steps - 1.0, 0.0) * costs.cost(1)
         draft = Candidate("draft", ("draft", self._last["draft"]), k,
-                          lambda kk: catch_up + (kk - 1) * costs.cost(1))
+                          lambda kk: catch_up + (kk - 1) * costs.cost(1),
+                          miss=1.0 - self.state.draft_kept.rate(1), miss_seconds=trimmed)
         if cold and not self._catch_up.paid(costs.cost(gap) - costs.cost(1)):
             return out, draft
         return [*out, draft], None
+
+    def _rent_first(self, lag: int) -> bool:
+        """Whether a short prompt's catch-up (`lag` tokens) is rented for first, as a long
+        one's always is (ski rental). Where a draft model's prefill is dear (a steep batch
+        curve), even a short prompt costs it several target steps, more than an answer that
+        never drafts with it wins back; it is bought at once only where what it is expected
+        to save over an answer of the usual length, at the acceptance learnt so far, pays for
+        it."""
+        costs, state = self.state.draft_costs, self.state
+        if costs is None or lag <= 1 or costs.cost(lag) <= state.target_costs.cost(1):
+            return False
+        step = costs.cost(1)
+        warm = Candidate("draft", ("draft", self._last["draft"]), self.k_max,
+                         lambda kk: kk * step, miss=1.0 - state.draft_kept.rate(1),
+                         miss_seconds=state.trim_steps * step)
+        best = choose(state.target_costs, [warm], state.model, overhead=state.overhead,
+                      optimism=0.0)
+        if best.drafter is None:
+            return True
+        plain = state.target_costs.cost(1) + state.overhead
+        saving = plain * (1.0 - 1.0 / best.expected_speedup) * state.answer_tokens
+        return saving < costs.cost(lag)
 
     def _saving(self, warm: Candidate, choice: Choice) -> float:
         """Seconds a warm draft model would have saved this step over `choice`."""
