@@ -155,13 +155,13 @@ def sweep_one(recording: Recording, profile: CostProfile, traces: dict[str, list
         plain[run.category] = plain.get(run.category, 0.0) + run.plain_seconds
         auto[run.category] = auto.get(run.category, 0.0) + run.seconds
     row = SweepRow(profile.name)
-    for category in plain:
-        row.auto_over_off[category] = plain[category] / auto[category]
+    for category, seconds in plain.items():
+        row.auto_over_off[category] = seconds / auto[category]
     row.auto_over_off[OVERALL] = sum(plain.values()) / sum(auto.values())
     drafts = can_draft(recording, profile)
     best_seconds = 0.0
-    for category in plain:
-        options = {"off": plain[category]}
+    for category, seconds in plain.items():
+        options = {"off": seconds}
         for name, runs in traces.items():
             if drafts or not name.startswith(Spec.DRAFT.value):
                 options[name] = sum(t.seconds(profile) for t in runs if t.category == category)
