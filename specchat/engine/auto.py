@@ -410,7 +410,9 @@ class AutoPolicy:
         draft = Candidate("draft", ("draft", self._last["draft"]), k,
                           lambda kk: catch_up + (kk - 1) * costs.cost(1),
                           miss=1.0 - self.state.draft_kept.rate(1), miss_seconds=trimmed)
-        if cold and not self._catch_up.paid(costs.cost(gap) - costs.cost(1)):
+        price = costs.cost(gap) - costs.cost(1)
+        left = max(self.state.answer_tokens - self.state.tokens_this_answer, 0.0)
+        if cold and not (self._catch_up.paid(price) and self._catch_up.pays_back(price, left)):
             return out, draft
         return [*out, draft], None
 
