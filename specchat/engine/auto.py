@@ -21,10 +21,20 @@ from typing import Any
 
 import numpy as np
 
+from specchat.engine.autokeys import (
+    LAST_FAILED,
+    LAST_FULL,
+    NO_DRAFT_YET,
+    STREAK_PRIOR_SHIFT,
+    counts_of,
+    is_confidence,
+    is_history,
+    key_name,
+    parse_key,
+)
 from specchat.engine.cost import (
     AMBIGUOUS,
     DRAFT_MODEL_PRIOR,
-    MAX_N,
     NGRAM_LATER_PRIORS,
     NGRAM_PRIORS,
     AcceptanceModel,
@@ -43,14 +53,13 @@ from specchat.engine.drafters import (
 )
 from specchat.engine.draftlength import (
     CONFIDENCE,
-    CONFIDENCE_EDGES,
     CONFIDENCE_PRIORS,
     CatchUp,
     DraftLength,
     confidence_bucket,
     longest_useful,
 )
-from specchat.engine.history import HISTORY_PRIORS, HistoryDrafter, history_prior
+from specchat.engine.history import HistoryDrafter, history_prior
 from specchat.engine.protocol import common_prefix
 from specchat.engine.tree import TreeDraft
 
@@ -58,11 +67,6 @@ from specchat.engine.tree import TreeDraft
 # starting point when nothing was measured; real runs calibrate at load.
 CPU_RATIOS = (1.0, 1.74, 2.39, 3.12, 3.58, 3.80, 4.8, 5.88, 6.0, 6.2, 6.4, 6.6, 6.8, 6.9,
               7.0, 7.16, 7.5)
-# Acceptance is strongly autocorrelated: a draft that was fully accepted is usually followed
-# by another (copying goes on), one that failed by another failure (the text diverged). So
-# each estimate is kept apart by what happened to this answer's last draft.
-NO_DRAFT_YET, LAST_FULL, LAST_FAILED = 0, 1, 2
-STREAK_PRIOR_SHIFT = {NO_DRAFT_YET: 0.0, LAST_FULL: 0.15, LAST_FAILED: -0.2}
 ANSWER_FADE = 0.5
 OPTIMISM = 0.5  # how much an uncertain estimate is given the benefit of the doubt
 BEST_DRAFT_ACCEPTANCE = 0.95  # above what the 0.5B draft reached here (docs/costs.md: 79%)
@@ -135,8 +139,8 @@ class AutoState:
             return 0
         taken = 0
         for name, counts in data.items():
-            key = _parse_key(name)
-            hits, trials = _counts(counts, "hits"), _counts(counts, "trials")
+            key = parse_key(name)
+            hits, trials = counts_of(counts, "hits"), counts_of(counts, "trials")
             if key is None or hits is None or trials is None or any(
                     h > t + 1e-9 for h, t in zip(hits, trials, strict=True)):
                 continue
@@ -161,15 +165,15 @@ class AutoState:
     def explain(self) -> dict[str, Any]:
         """Why auto drafts what it drafts: for /stats and --json."""
         rates = {  # a confidence bucket has one rate: every token is judged on its own
-            _key_name(key): [round(m.rate(i), 3) for i in range(1, 2 if _is_confidence(key)
-                                                                 else 5)]
-            for key, m in sorted(self.models.items(), key=lambda kv: _key_name(kv[0]))
-            if not _is_history(key)
+            key_name(key): [round(m.rate(i), 3)
+                            for i in range(1, 2 if is_confidence(key) else 5)]
+            for key, m in sorted(self.models.items(), key=lambda kv: key_name(kv[0]))
+            if not is_history(key)
         }
         # One conditional rate per kind of history candidate, for the kinds seen so far.
-        history = {_key_name(key): round(m.rate(1), 3)
-                   for key, m in sorted(self.models.items(), key=lambda kv: _key_name(kv[0]))
-                   if _is_history(key) and m.trials[0] > 0}
+        history = {key_name(key): round(m.rate(1), 3)
+                   for key, m in sorted(self.models.items(), key=lambda kv: key_name(kv[0]))
+                   if is_history(key) and m.trials[0] > 0}
         return {
             "verify_cost_ratios": [round(r, 2) for r in self.target_costs.ratios()],
             "step_seconds": self.target_costs.cost(1),
@@ -183,63 +187,6 @@ class AutoState:
             "last_choice": {"drafter": self.last.drafter, "k": self.last.k,
                             "expected_speedup": round(self.last.expected_speedup, 3)},
         }
-
-
-def _parse_key(name: object) -> tuple[Any, ...] | None:
-    """("ngram", bucket, streak), ("draft", streak), ("confidence", bucket) or ("history",
-    bucket, support) from its JSON form, else None."""
-    try:
-        key = tuple(json.loads(name)) if isinstance(name, str) else None
-    except (ValueError, TypeError):
-        return None
-    if not key:
-        return None
-    if key[0] == CONFIDENCE:
-        known = len(key) == 2 and key[1] in range(len(CONFIDENCE_PRIORS))
-        return key if known and not isinstance(key[1], bool) else None
-    if key[0] == "history" and len(key) == 3:
-        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in key[1:])
-        in_range = ok and 0 <= key[1] < len(HISTORY_PRIORS) and \
-            0 <= key[2] < len(HISTORY_PRIORS[0])
-        return key if in_range else None
-    if key[-1] not in STREAK_PRIOR_SHIFT or isinstance(key[-1], bool):
-        return None
-    if key[0] == "ngram" and len(key) == 3 and key[1] in range(len(NGRAM_PRIORS)):
-        return key
-    return key if key[0] == "draft" and len(key) == 2 else None
-
-
-def _counts(counts: object, name: str) -> list[float] | None:
-    values = counts.get(name) if isinstance(counts, dict) else None
-    if not isinstance(values, list) or len(values) != MAX_N:
-        return None
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e6
-               for v in values):
-        return None
-    return [float(v) for v in values]
-
-
-def _is_confidence(key: Hashable) -> bool:
-    return isinstance(key, tuple) and key[0] == CONFIDENCE
-
-
-def _is_history(key: Hashable) -> bool:
-    return isinstance(key, tuple) and bool(key) and key[0] == "history"
-
-
-def _key_name(key: Hashable) -> str:
-    if not isinstance(key, tuple):
-        return str(key)
-    if key[0] == CONFIDENCE:
-        edges = (0.0, *CONFIDENCE_EDGES, 1.0)
-        return f"draft/confidence-{edges[key[1]]:.2f}-{edges[key[1] + 1]:.2f}"
-    if key[0] == "history":
-        return f"history/match-bucket-{key[1]}/support-{key[2]}"
-    last = {NO_DRAFT_YET: "first", LAST_FULL: "after-full", LAST_FAILED: "after-miss"}[key[-1]]
-    if key[0] == "ngram":
-        kind = "ambiguous-ngram" if key[1] == AMBIGUOUS else f"match-bucket-{key[1]}"
-        return f"ngram/{kind}/{last}"
-    return f"{key[0]}/{last}"
 
 
 class AutoPolicy:
