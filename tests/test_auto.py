@@ -31,7 +31,7 @@ from specchat.engine.cost import (
     choose,
     match_bucket,
 )
-from specchat.engine.drafters import DraftModelDrafter, PromptLookupDrafter
+from specchat.engine.drafters import DRAFT_MODEL, DraftModelDrafter, PromptLookupDrafter
 from specchat.engine.events import Finished
 from specchat.engine.loop import Hooks, generate
 from specchat.engine.options import GenerationOptions, SamplingOptions
@@ -206,6 +206,16 @@ def test_auto_uses_a_draft_model_that_pays_and_skips_one_that_cannot() -> None:
     idle = FakeModel(8, seed=5)
     run(FakeModel(8, seed=5), prompt, cpu, n=30, draft=idle)
     assert idle.evaluated == 0  # never even prefilled
+
+
+def test_draft_model_drafts_under_auto_are_counted_by_their_source() -> None:
+    gpu = AutoState(target_costs=CostTable.from_ratios(0.01, GPU_RATIOS),
+                    draft_costs=CostTable.from_ratios(0.0005, GPU_RATIOS))
+    done = run(FakeModel(8, seed=5), [1, 2, 3], gpu, n=30, draft=FakeModel(8, seed=5))
+    sources = done.stats.to_dict()["sources"]
+    assert gpu.decisions["draft"] > 0
+    assert sources[DRAFT_MODEL]["drafted"] > 0
+    assert sources[DRAFT_MODEL]["accepted"] == sources[DRAFT_MODEL]["drafted"]
 
 
 def test_policy_explains_itself() -> None:

@@ -57,6 +57,20 @@ def test_doctor_json_and_bad_models_toml(capsys: pytest.CaptureFixture[str],
     assert report["llama-cpp-python"]
 
 
+def test_doctor_says_whether_exact_is_in_force_and_where_that_came_from(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    main(["doctor", "--json"])
+    line = json.loads(capsys.readouterr().out)["exact"]
+    assert line.startswith("off: ") and line.endswith("(default)")
+    (tmp_path / "config.toml").write_text("exact = true\n")
+    main(["doctor", "--json"])
+    line = json.loads(capsys.readouterr().out)["exact"]
+    assert line.startswith("on for targets on the CPU") and line.endswith("(file)")
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_install_script_dry_run() -> None:
     def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -253,6 +253,17 @@ def test_a_cold_draft_model_catches_up_once_the_answer_has_paid_for_it() -> None
     assert fin.stats.tokens_per_step > 1.5
 
 
+def test_a_cold_draft_model_does_not_catch_up_when_the_answer_is_expected_to_end_soon(
+        ) -> None:
+    # Answers here have run to 12 tokens: by the time the rent is paid, what is left of
+    # this one could not win the catch-up back.
+    twin = FakeModel(16, seed=7, scale=4.0, n_ctx=1024)
+    state = slow_prefill_profile().auto_state()
+    state.answer_tokens = 12.0
+    run_auto(twin, 150, slow_prefill_profile(), state)
+    assert max(twin.eval_calls, default=0) < 300  # the prompt was never read in one batch
+
+
 def test_a_draft_model_holding_the_conversation_is_brought_up_to_date_at_once() -> None:
     twin = FakeModel(16, seed=7, scale=4.0, n_ctx=1024)
     twin.eval(long_prompt()[:290], [-1])  # the earlier turns, from the last answer

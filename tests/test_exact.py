@@ -43,10 +43,10 @@ def test_a_sampled_answer_keeps_longer_batches_its_distribution_is_exact_anyway(
     assert max(verify_sizes(3, temperature=1.0)) > 3
 
 
-def test_exact_is_on_by_default_and_reaches_the_load_settings() -> None:
-    assert BY_NAME["exact"].default is True and LoadSettings().exact is True
-    settings = Settings({"exact": False}, {"exact": "flag"})
-    assert LoadSettings.from_settings(settings).exact is False
+def test_exact_is_opt_in_and_reaches_the_load_settings() -> None:
+    assert BY_NAME["exact"].default is False and LoadSettings().exact is False
+    settings = Settings({"exact": True}, {"exact": "flag"})
+    assert LoadSettings.from_settings(settings).exact is True
 
 
 def test_a_benchmark_passes_exact_and_flash_attention_to_every_process() -> None:

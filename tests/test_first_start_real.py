@@ -129,11 +129,11 @@ def test_a_first_start_measures_briefly_and_keeps_llamas_flash_attention(
     assert not any(k.startswith("flash-attn-") for k in saved)  # nothing measured for it
     [table] = _tables(tmp_path)
     assert Samples.from_entry(table).best  # some sizes measured, the rest on later starts
-    verbose = _specchat(["ask", "-m", str(smol), "-n", "1", "--verbose", "hi"], tmp_path)
+    verbose = _specchat(["ask", "-m", str(smol), "-n", "1", "--verbose", "--exact", "hi"],
+                        tmp_path)
     assert "flash_attn            = enabled" in verbose.stderr  # exact keeps it on
-    plain = _specchat(["ask", "-m", str(smol), "-n", "1", "--verbose", "--no-exact", "hi"],
-                      tmp_path)
-    assert "flash_attn            = auto" in plain.stderr  # llama.cpp's default
+    plain = _specchat(["ask", "-m", str(smol), "-n", "1", "--verbose", "hi"], tmp_path)
+    assert "flash_attn            = auto" in plain.stderr  # llama.cpp's default, by default
     pinned = _specchat(["ask", "-m", str(smol), "-n", "1", "--verbose", "--flash-attn", "off",
                         "hi"], tmp_path)
     assert "flash_attn            = disabled" in pinned.stderr

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from specchat.backend.calibration import calibration_rows
 from specchat.bench import ttft
+from specchat.bench.interval import Interval, paired_ratio
 from specchat.bench.peer import PEER
 from specchat.bench.runner import BASELINE, BenchResult, RunRecord
 from specchat.engine.auto import AutoState
@@ -49,6 +50,9 @@ class ModeSummary:
     after_first_seconds: float = 0.0
     checked: int = 0  # answers to schema prompts
     valid: int = 0  # of those, JSON that matches the schema
+    # (prompt, round): (tokens, seconds), what the speedup's interval pairs
+    requests: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
+
 
     def add(self, record: RunRecord) -> None:
         self.after_first_tokens += record.generated - record.first_tokens
@@ -59,6 +63,8 @@ class ModeSummary:
             self.valid += int(record.valid)
         self.generated += record.generated
         self.decode_seconds += record.decode_seconds
+        self.requests[(record.question_id, record.round)] = (record.generated,
+                                                             record.decode_seconds)
         self.prompt_tokens += record.prompt_tokens
         self.prompt_seconds += record.prompt_seconds
         self.steps += record.steps
@@ -97,6 +103,12 @@ class ModeSummary:
         mine, base = self.tokens_per_second, baseline.tokens_per_second
         return mine / base if mine is not None and base else None
 
+    def speedup_interval(self, baseline: ModeSummary) -> Interval | None:
+        """The speedup's 95% interval, paired per prompt (interval.py)."""
+        ids = [q for q in self.requests if q in baseline.requests]
+        return paired_ratio([self.requests[q] for q in ids],
+                            [baseline.requests[q] for q in ids])
+
     @property
     def outside_tokens_per_second(self) -> float | None:
         """Tokens after the first over the time after it, as seen by the caller: the one
@@ -122,6 +134,8 @@ class ModeSummary:
             "drafted": self.drafted, "accepted": self.accepted,
             "tokens_per_second": self.tokens_per_second,
             "speedup": self.speedup(baseline) if baseline is not None else None,
+            **_interval_fields(None if baseline is None or self.mode in (PEER, BASELINE)
+                               else self.speedup_interval(baseline)),
             "tokens_per_step": self.tokens_per_step, "acceptance": self.acceptance,
             "verify_seconds": self.verify_seconds, "draft_seconds": self.draft_seconds,
             "other_ms_per_step": self.other_ms_per_step,
@@ -196,20 +210,32 @@ def _table(category: str, by_mode: dict[str, ModeSummary], greedy: bool) -> Tabl
     for name in names:
         table.add_column(name, justify="left" if name == "mode" else "right", no_wrap=True)
     base = by_mode.get(BASELINE)
+    noise, intervals = [], []
     for mode, s in by_mode.items():
         if not s.prompts:
             continue
         is_peer = mode == PEER
         speed = s.outside_tokens_per_second if is_peer else s.tokens_per_second
         speedup = None if is_peer or base is None else s.speedup(base)
+        interval = None if speedup is None or base is None or mode == BASELINE \
+            else s.speedup_interval(base)
+        if interval is not None and interval.low is not None:
+            intervals.append(f"{mode} {interval.text()}")
+            if interval.within_noise:
+                noise.append(mode)
         vs_peer = [_num(s.speedup_outside(peer), "{:.2f}x")] if peer else []
         table.add_row(
             mode, str(s.prompts), str(s.generated), _num(speed, "{:.1f}"),
-            _num(speedup, "{:.2f}x"), *vs_peer, _num(None if is_peer else s.tokens_per_step,
-                                                     "{:.2f}"),
+            _num(speedup, "{:.2f}x"), *vs_peer,
+            _num(None if is_peer else s.tokens_per_step, "{:.2f}"),
             _acceptance(s), _greedy_cell(s, mode, greedy),
         )
     notes = [_divergence_note(s) for s in by_mode.values() if s.divergences]
+    if intervals:
+        notes.append("speedup, 95% interval (bootstrap over prompts, paired): "
+                     + ", ".join(intervals))
+    if noise:
+        notes.append(f"inside the noise (95% CI includes 1.00x): {', '.join(noise)}")
     checked = [s for s in by_mode.values() if s.checked]
     if checked:
         notes.append("answers that are JSON matching their schema: " + ", ".join(
@@ -222,6 +248,13 @@ def _table(category: str, by_mode: dict[str, ModeSummary], greedy: bool) -> Tabl
         table.caption = "\n".join(notes)
         table.caption_justify = "left"
     return table
+
+
+def _interval_fields(interval: Interval | None) -> dict[str, Any]:
+    if interval is None or interval.low is None:
+        return {"speedup_ci95": None, "within_noise": None}
+    return {"speedup_ci95": [interval.low, interval.high],
+            "within_noise": interval.within_noise}
 
 
 def _acceptance(s: ModeSummary) -> str:

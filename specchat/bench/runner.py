@@ -57,6 +57,7 @@ class RunRecord:
     matched_off: bool | None = None  # None for `off` itself and for sampled runs
     first_divergence: int | None = None  # token index of the first difference from `off`
     valid: bool | None = None  # a schema prompt's answer: JSON that matches (None: no schema)
+    round: int = 0  # which pass over the prompts (--rounds): pairs are (prompt, round)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -123,9 +124,11 @@ def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], modes: Sequence[
               options: GenerationOptions, *, listener: Listener | None = None,
               warmup: bool = True, clock: Clock = time.perf_counter,
               prompt_cache: PromptCache | None = None,
-              peer: Peer | None = None) -> BenchResult:
+              peer: Peer | None = None, rounds: int = 1) -> BenchResult:
     """Answer every prompt in every mode (and with `peer`, whose name is then one of the
-    modes); Ctrl-C keeps the prompts already complete.
+    modes), `rounds` times over, the modes of each prompt back to back in a rotating order
+    (so a drift of the machine hits every mode alike); Ctrl-C keeps the prompts already
+    complete.
 
     With `prompt_cache` (an empty one, for this run only) each prompt also gets a warm time
     to the first token through it (ttft.py)."""
@@ -137,17 +140,19 @@ def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], modes: Sequence[
             _warm_up(runtime, tokenized, ours, options)
             if peer is not None:
                 peer.warm_up(min(tokenized, key=lambda t: len(t[1]))[0].text, WARMUP_TOKENS)
-        for index, (prompt, tokens) in enumerate(tokenized):
+        passes = [(r, item) for r in range(rounds) for item in tokenized]
+        for turn, (round_, (prompt, tokens)) in enumerate(passes):
             runs = []
-            for position, mode in enumerate(mode_order(modes, index)):
+            for position, mode in enumerate(mode_order(modes, turn)):
                 if peer is not None and mode == peer.name:
                     runs.append(_run_peer(peer, prompt, position, options, listener))
                 else:
                     runs.append(_run_one(runtime, prompt, tokens, mode, position, options,
                                          clock, listener))
+                runs[-1].round = round_
             mark_greedy_matches(runs, greedy=options.sampling.greedy)
             first = None
-            if prompt_cache is not None:
+            if prompt_cache is not None and round_ == 0:
                 cold = next(r.stats for r in runs if r.mode == BASELINE)
                 first = warm_first_token(runtime, prompt, tokens, for_prompt(prompt, options),
                                          prompt_cache, cold)

@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from specchat.bench.interval import Interval, paired_ratio
 from specchat.bench.peer import PEER
 from specchat.bench.session_runner import Outcome
 
@@ -27,10 +28,13 @@ class Cell:
     steps: int = 0
     requests: int = 0
     sources: dict[str, list[int]] = field(default_factory=dict)  # drafted, accepted
+    pairs: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
 
     def add(self, o: Outcome) -> None:
         # The peer's decode time starts after its first token (bench/peer.py).
-        self.tokens += o.generated - (1 if o.mode == PEER else 0)
+        tokens = o.generated - (1 if o.mode == PEER else 0)
+        self.pairs[(o.session, o.index)] = (tokens, o.decode_seconds)
+        self.tokens += tokens
         self.seconds += o.decode_seconds
         self.steps += o.steps
         self.requests += 1
@@ -54,6 +58,14 @@ class Row:
     def ratio(self, mode: str, base: str = BASELINE) -> float | None:
         a, b = self.cells.get(mode), self.cells.get(base)
         return a.rate / b.rate if a and b and a.rate and b.rate else None
+
+    def interval(self, mode: str, base: str = BASELINE) -> Interval | None:
+        """The ratio's 95% interval, paired per request (interval.py)."""
+        a, b = self.cells.get(mode), self.cells.get(base)
+        if a is None or b is None:
+            return None
+        keys = [k for k in a.pairs if k in b.pairs]
+        return paired_ratio([a.pairs[k] for k in keys], [b.pairs[k] for k in keys])
 
 
 def summarize(outcomes: Sequence[Outcome], modes: Sequence[str]) -> list[Row]:
@@ -96,6 +108,7 @@ def render(console: Console, rows: Sequence[Row], modes: Sequence[str]) -> None:
     for m in ours:
         prefix = f"{m} " if len(ours) > 1 else ""
         table.add_column(f"{prefix}/off", justify="right")
+        table.add_column(f"{prefix}95% CI", justify="right")
         if PEER in modes:
             table.add_column(f"{prefix}/lcp", justify="right")
         table.add_column(f"{prefix}t/step", justify="right")
@@ -108,6 +121,8 @@ def render(console: Console, rows: Sequence[Row], modes: Sequence[str]) -> None:
         cells += [f"{row.cells[m].rate:.1f}" if row.cells[m].requests else "-" for m in modes]
         for m in ours:
             cells.append(_x(row.ratio(m)))
+            interval = row.interval(m)
+            cells.append("-" if interval is None else interval.text())
             if PEER in modes:
                 cells.append(_x(row.ratio(m, PEER)))
             c = row.cells[m]
@@ -117,6 +132,16 @@ def render(console: Console, rows: Sequence[Row], modes: Sequence[str]) -> None:
         cells.append(f"{row.same}/{row.compared}")
         table.add_row(*cells, style="bold" if row.session == OVERALL else None)
     console.print(table)
+    overall = next((r for r in rows if r.session == OVERALL), None)
+    noise = [m for m in ours if overall and (i := overall.interval(m)) and i.within_noise]
+    if noise:
+        console.print(f"overall, inside the noise (95% CI includes 1.00x): {', '.join(noise)}")
+
+
+def _bounds(interval: Interval | None) -> list[float] | None:
+    if interval is None or interval.low is None or interval.high is None:
+        return None
+    return [interval.low, interval.high]
 
 
 def _x(value: float | None) -> str:
@@ -130,7 +155,8 @@ def to_json(outcomes: Sequence[Outcome], rows: Sequence[Row], modes: Sequence[st
         "sessions": [{"session": r.session, "greedy_equal": r.same, "compared": r.compared,
                       "modes": {m: {"tokens": c.tokens, "seconds": c.seconds, "steps": c.steps,
                                     "tokens_per_second": c.rate,
-                                    "vs_off": r.ratio(m), "sources": c.sources}
+                                    "vs_off": r.ratio(m), "sources": c.sources,
+                                    "vs_off_ci95": _bounds(r.interval(m))}
                                 for m, c in r.cells.items()}} for r in rows],
         "runs": [o.to_dict() for o in outcomes],
     }

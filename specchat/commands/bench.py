@@ -112,6 +112,10 @@ def bench(
     via: Annotated[str, typer.Option(
         "--via", help="With --sessions: ask (each request a fresh `specchat ask` process, "
         "as a shell loop) or serve (one `specchat serve` per mode).")] = "ask",
+    rounds: Annotated[int, typer.Option(
+        "--rounds", min=1, help="Answer the prompts this many times over, the modes "
+        "interleaved per prompt; speedups' 95% intervals pair each prompt's runs per "
+        "round.")] = 1,
     *, settings: Settings,
 ) -> None:
     replaying = _check_runs(file, record_file, calibrate, cost_profile, recording, sessions)
@@ -154,10 +158,10 @@ def bench(
         plain = _plain_peer(runtime, loading) if peer else None
         if plain is not None:
             mode_list = [*mode_list, plain.name]
-        with _progress(len(chosen) * len(mode_list)) as listener, \
+        with _progress(len(chosen) * len(mode_list) * rounds) as listener, \
                 tempfile.TemporaryDirectory(prefix="specchat-bench-") as cache_dir:
             result = run_bench(runtime, chosen, mode_list, options, listener=listener,
-                               warmup=warmup, peer=plain,
+                               warmup=warmup, peer=plain, rounds=rounds,
                                prompt_cache=PromptCache(Path(cache_dir), min_new_tokens=0))
         described = _settings(file, categories, limit, mode_list, options, runtime, ctx)
         if json_schemas:

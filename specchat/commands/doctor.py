@@ -166,8 +166,9 @@ def _flash_rows() -> list[tuple[str, str]]:
 
 def _exact_meaning(exact: bool, flash_attn: str) -> str:
     if not exact:
-        return "off: verify batches of any size; greedy answers may differ from --spec off " \
-               "at near-ties"
+        return "off: verify batches of any size; greedy answers equal --spec off's except " \
+               "where two tokens tie within batched-vs-single float noise (--exact: token " \
+               "for token)"
     if flash_attn == "off":
         return "asked for, but flash attention is pinned off, without which no batch is " \
                "exact: greedy answers may differ from --spec off at near-ties"

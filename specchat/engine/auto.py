@@ -21,10 +21,20 @@ from typing import Any
 
 import numpy as np
 
+from specchat.engine.autokeys import (
+    LAST_FAILED,
+    LAST_FULL,
+    NO_DRAFT_YET,
+    STREAK_PRIOR_SHIFT,
+    counts_of,
+    is_confidence,
+    is_history,
+    key_name,
+    parse_key,
+)
 from specchat.engine.cost import (
     AMBIGUOUS,
     DRAFT_MODEL_PRIOR,
-    MAX_N,
     NGRAM_LATER_PRIORS,
     NGRAM_PRIORS,
     AcceptanceModel,
@@ -43,14 +53,13 @@ from specchat.engine.drafters import (
 )
 from specchat.engine.draftlength import (
     CONFIDENCE,
-    CONFIDENCE_EDGES,
     CONFIDENCE_PRIORS,
     CatchUp,
     DraftLength,
     confidence_bucket,
     longest_useful,
 )
-from specchat.engine.history import HISTORY_PRIORS, HistoryDrafter, history_prior
+from specchat.engine.history import HistoryDrafter, history_prior
 from specchat.engine.protocol import common_prefix
 from specchat.engine.tree import TreeDraft
 
@@ -58,20 +67,21 @@ from specchat.engine.tree import TreeDraft
 # starting point when nothing was measured; real runs calibrate at load.
 CPU_RATIOS = (1.0, 1.74, 2.39, 3.12, 3.58, 3.80, 4.8, 5.88, 6.0, 6.2, 6.4, 6.6, 6.8, 6.9,
               7.0, 7.16, 7.5)
-# Acceptance is strongly autocorrelated: a draft that was fully accepted is usually followed
-# by another (copying goes on), one that failed by another failure (the text diverged). So
-# each estimate is kept apart by what happened to this answer's last draft.
-NO_DRAFT_YET, LAST_FULL, LAST_FAILED = 0, 1, 2
-STREAK_PRIOR_SHIFT = {NO_DRAFT_YET: 0.0, LAST_FULL: 0.15, LAST_FAILED: -0.2}
 ANSWER_FADE = 0.5
 OPTIMISM = 0.5  # how much an uncertain estimate is given the benefit of the doubt
 BEST_DRAFT_ACCEPTANCE = 0.95  # above what the 0.5B draft reached here (docs/costs.md: 79%)
 MAX_MATCH_EXTENSION = 32  # how far back a match is followed to measure its real length
 MAX_SHADOWS = 64  # undrafted lookups waiting for the target's tokens to score them
 # A draft model's cache lagging more than this is cold: it catches up only once the answer
-# has shown that it pays (draftlength.CatchUp); less is caught up in its next step.
+# has shown that it pays (draftlength.CatchUp); less is caught up in its next step, unless
+# even that is dear and not expected to pay back (AutoPolicy._rent_first).
 COLD_LAG = 64
 EXPLORE_TRIALS = 10  # draft-model steps before its rent is reckoned without optimism
+# How often a draft-model step keeps at least one token after its trim (draftlength.py), before
+# any was seen, and how fast the draft steps a trimmed step took are followed.
+KEPT_PRIOR = 0.95
+TRIM_STEPS_WEIGHT = 0.2
+ANSWER_WEIGHT = 0.3  # how much one answer's length moves the expected length of the next
 
 
 @dataclass
@@ -84,6 +94,13 @@ class AutoState:
     overhead: float = 0.0  # seconds per step outside verify and drafting (sampling, Python)
     models: dict[Hashable, AcceptanceModel] = field(default_factory=dict)
     decisions: Counter[str] = field(default_factory=Counter)
+    # Whether a draft-model step kept any token after its trim, and how many draft steps one
+    # that kept none took (a catch-up aside): cost.Candidate.miss.
+    draft_kept: AcceptanceModel = field(default_factory=lambda: AcceptanceModel(KEPT_PRIOR))
+    trim_steps: float = 1.0
+    # Tokens an answer is expected to have (learnt across answers), and the one under way's.
+    answer_tokens: float = 64.0
+    tokens_this_answer: int = 0
     last: Choice = field(default_factory=lambda: Choice(None, 0, 1.0))
 
     def model(self, key: Hashable) -> AcceptanceModel:
@@ -103,8 +120,11 @@ class AutoState:
 
     def new_answer(self) -> None:
         """A new prompt may copy much less (or more) than the last: weigh the past less."""
-        for m in self.models.values():
+        for m in (*self.models.values(), self.draft_kept):
             m.fade(ANSWER_FADE)
+        if self.tokens_this_answer:
+            self.answer_tokens += ANSWER_WEIGHT * (self.tokens_this_answer - self.answer_tokens)
+        self.tokens_this_answer = 0
 
     def export_acceptance(self) -> dict[str, dict[str, list[float]]]:
         """The acceptance counts learnt so far, JSON-ready, for the next process to start
@@ -119,8 +139,8 @@ class AutoState:
             return 0
         taken = 0
         for name, counts in data.items():
-            key = _parse_key(name)
-            hits, trials = _counts(counts, "hits"), _counts(counts, "trials")
+            key = parse_key(name)
+            hits, trials = counts_of(counts, "hits"), counts_of(counts, "trials")
             if key is None or hits is None or trials is None or any(
                     h > t + 1e-9 for h, t in zip(hits, trials, strict=True)):
                 continue
@@ -145,15 +165,15 @@ class AutoState:
     def explain(self) -> dict[str, Any]:
         """Why auto drafts what it drafts: for /stats and --json."""
         rates = {  # a confidence bucket has one rate: every token is judged on its own
-            _key_name(key): [round(m.rate(i), 3) for i in range(1, 2 if _is_confidence(key)
-                                                                 else 5)]
-            for key, m in sorted(self.models.items(), key=lambda kv: _key_name(kv[0]))
-            if not _is_history(key)
+            key_name(key): [round(m.rate(i), 3)
+                            for i in range(1, 2 if is_confidence(key) else 5)]
+            for key, m in sorted(self.models.items(), key=lambda kv: key_name(kv[0]))
+            if not is_history(key)
         }
         # One conditional rate per kind of history candidate, for the kinds seen so far.
-        history = {_key_name(key): round(m.rate(1), 3)
-                   for key, m in sorted(self.models.items(), key=lambda kv: _key_name(kv[0]))
-                   if _is_history(key) and m.trials[0] > 0}
+        history = {key_name(key): round(m.rate(1), 3)
+                   for key, m in sorted(self.models.items(), key=lambda kv: key_name(kv[0]))
+                   if is_history(key) and m.trials[0] > 0}
         return {
             "verify_cost_ratios": [round(r, 2) for r in self.target_costs.ratios()],
             "step_seconds": self.target_costs.cost(1),
@@ -162,67 +182,11 @@ class AutoState:
             "overhead_seconds": self.overhead,
             "acceptance_estimates": rates,
             "history_estimates": history,
+            "draft_model_kept": round(self.draft_kept.rate(1), 3),
             "decisions": dict(self.decisions),
             "last_choice": {"drafter": self.last.drafter, "k": self.last.k,
                             "expected_speedup": round(self.last.expected_speedup, 3)},
         }
-
-
-def _parse_key(name: object) -> tuple[Any, ...] | None:
-    """("ngram", bucket, streak), ("draft", streak), ("confidence", bucket) or ("history",
-    bucket, support) from its JSON form, else None."""
-    try:
-        key = tuple(json.loads(name)) if isinstance(name, str) else None
-    except (ValueError, TypeError):
-        return None
-    if not key:
-        return None
-    if key[0] == CONFIDENCE:
-        known = len(key) == 2 and key[1] in range(len(CONFIDENCE_PRIORS))
-        return key if known and not isinstance(key[1], bool) else None
-    if key[0] == "history" and len(key) == 3:
-        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in key[1:])
-        in_range = ok and 0 <= key[1] < len(HISTORY_PRIORS) and \
-            0 <= key[2] < len(HISTORY_PRIORS[0])
-        return key if in_range else None
-    if key[-1] not in STREAK_PRIOR_SHIFT or isinstance(key[-1], bool):
-        return None
-    if key[0] == "ngram" and len(key) == 3 and key[1] in range(len(NGRAM_PRIORS)):
-        return key
-    return key if key[0] == "draft" and len(key) == 2 else None
-
-
-def _counts(counts: object, name: str) -> list[float] | None:
-    values = counts.get(name) if isinstance(counts, dict) else None
-    if not isinstance(values, list) or len(values) != MAX_N:
-        return None
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e6
-               for v in values):
-        return None
-    return [float(v) for v in values]
-
-
-def _is_confidence(key: Hashable) -> bool:
-    return isinstance(key, tuple) and key[0] == CONFIDENCE
-
-
-def _is_history(key: Hashable) -> bool:
-    return isinstance(key, tuple) and bool(key) and key[0] == "history"
-
-
-def _key_name(key: Hashable) -> str:
-    if not isinstance(key, tuple):
-        return str(key)
-    if key[0] == CONFIDENCE:
-        edges = (0.0, *CONFIDENCE_EDGES, 1.0)
-        return f"draft/confidence-{edges[key[1]]:.2f}-{edges[key[1] + 1]:.2f}"
-    if key[0] == "history":
-        return f"history/match-bucket-{key[1]}/support-{key[2]}"
-    last = {NO_DRAFT_YET: "first", LAST_FULL: "after-full", LAST_FAILED: "after-miss"}[key[-1]]
-    if key[0] == "ngram":
-        kind = "ambiguous-ngram" if key[1] == AMBIGUOUS else f"match-bucket-{key[1]}"
-        return f"ngram/{kind}/{last}"
-    return f"{key[0]}/{last}"
 
 
 class AutoPolicy:
@@ -247,6 +211,8 @@ class AutoPolicy:
         # Lookups auto saw but did not draft: (key, continuation, context length then).
         self._shadows: list[tuple[Hashable, tuple[int, ...], int]] = []
         self._confidence: list[float] = []  # the draft model's, per token it drafted last
+        self._draft_steps = 0  # how many tokens the draft model drafted last, before its trim
+        self._renting = False  # a short prompt's catch-up waits for the rent (_rent_first)
         self._catch_up = CatchUp()  # what a cold draft model would have saved this answer
         state.new_answer()
 
@@ -255,7 +221,8 @@ class AutoPolicy:
         if self.draft is not None:
             # Filled now only when it holds most of the context already (draftlength.py).
             lag = len(context) - 1 - common_prefix(self.draft.model.tokens, context[:-1])
-            self.draft.prepare(context, fill=lag <= COLD_LAG)
+            self._renting = lag <= COLD_LAG and self._rent_first(lag)
+            self.draft.prepare(context, fill=lag <= COLD_LAG and not self._renting)
 
     def propose(self, context: Sequence[int], limit: int,
                 rng: np.random.Generator) -> Draft | TreeDraft:
@@ -287,6 +254,7 @@ class AutoPolicy:
             self._history_depth = plan.depth
             return plan.draft
         if choice.drafter == "draft" and self.draft is not None:
+            self._renting = False  # paid for: it catches up now
             return self._draft_model(context, choice, limit, rng)
         return EMPTY_DRAFT
 
@@ -300,6 +268,9 @@ class AutoPolicy:
 
     def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
                 verify_seconds: float = 0.0) -> None:
+        self.state.tokens_this_answer += accepted + 1
+        if self._drafter == "draft":
+            self._observe_trim(drafted)
         if self._key is not None and drafted:
             self.state.model(self._key).observe(drafted, accepted)
             self._last[self._drafter or "ngram"] = (LAST_FULL if accepted >= drafted
@@ -316,6 +287,15 @@ class AutoPolicy:
             self._last = dict.fromkeys(self._last, NO_DRAFT_YET)
         self._key = None
         self._confidence = []
+
+    def _observe_trim(self, drafted: int) -> None:
+        """A draft-model step whose trim kept nothing was a plain step that also paid for
+        its draft steps: how often that happens, and how many it took, price the next choice
+        of the draft model."""
+        self.state.draft_kept.observe(1, int(drafted > 0))
+        if not drafted:
+            state = self.state
+            state.trim_steps += TRIM_STEPS_WEIGHT * (self._draft_steps - state.trim_steps)
 
     def _resolve_shadows(self, context: Sequence[int]) -> None:
         """Score the lookups auto did not draft against what the target then wrote.
@@ -353,9 +333,10 @@ class AutoPolicy:
             draft = self.draft.propose(context, k, rng)
         finally:
             self.draft.stop = None
+        self._draft_steps = len(draft.tokens)
         kept = rule.keep(self.draft.confidence[: len(draft.tokens)])
         self._confidence = self.draft.confidence[:kept]
-        return Draft(draft.tokens[:kept], None if draft.q is None else draft.q[:kept])
+        return draft.cut(kept)
 
     # --- choosing ----------------------------------------------------------------------------
     def _candidates(self, context: Sequence[int], k: int, avail: Sequence[int],
@@ -370,13 +351,39 @@ class AutoPolicy:
             return out, None
         costs = self.state.draft_costs
         gap = max(1, len(context) - len(self.draft.model.tokens))
-        cold = gap > COLD_LAG
+        cold = gap > COLD_LAG or self._renting
         catch_up = costs.cost(1 if cold else gap)  # a paid-for catch-up is spent already
+        trimmed = catch_up + max(self.state.trim_steps - 1.0, 0.0) * costs.cost(1)
         draft = Candidate("draft", ("draft", self._last["draft"]), k,
-                          lambda kk: catch_up + (kk - 1) * costs.cost(1))
-        if cold and not self._catch_up.paid(costs.cost(gap) - costs.cost(1)):
+                          lambda kk: catch_up + (kk - 1) * costs.cost(1),
+                          miss=1.0 - self.state.draft_kept.rate(1), miss_seconds=trimmed)
+        price = costs.cost(gap) - costs.cost(1)
+        left = max(self.state.answer_tokens - self.state.tokens_this_answer, 0.0)
+        if cold and not (self._catch_up.paid(price) and self._catch_up.pays_back(price, left)):
             return out, draft
         return [*out, draft], None
+
+    def _rent_first(self, lag: int) -> bool:
+        """Whether a short prompt's catch-up (`lag` tokens) is rented for first, as a long
+        one's always is (ski rental). Where a draft model's prefill is dear (a steep batch
+        curve), even a short prompt costs it several target steps, more than an answer that
+        never drafts with it wins back; it is bought at once only where what it is expected
+        to save over an answer of the usual length, at the acceptance learnt so far, pays for
+        it."""
+        costs, state = self.state.draft_costs, self.state
+        if costs is None or lag <= 1 or costs.cost(lag) <= state.target_costs.cost(1):
+            return False
+        step = costs.cost(1)
+        warm = Candidate("draft", ("draft", self._last["draft"]), self.k_max,
+                         lambda kk: kk * step, miss=1.0 - state.draft_kept.rate(1),
+                         miss_seconds=state.trim_steps * step)
+        best = choose(state.target_costs, [warm], state.model, overhead=state.overhead,
+                      optimism=0.0)
+        if best.drafter is None:
+            return True
+        plain = state.target_costs.cost(1) + state.overhead
+        saving = plain * (1.0 - 1.0 / best.expected_speedup) * state.answer_tokens
+        return saving < costs.cost(lag)
 
     def _saving(self, warm: Candidate, choice: Choice) -> float:
         """Seconds a warm draft model would have saved this step over `choice`."""

@@ -187,12 +187,21 @@ class AcceptanceModel:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One way to draft this step: a drafter able to propose up to max_k tokens."""
+    """One way to draft this step: a drafter able to propose up to max_k tokens.
+
+    A drafter that checks its own draft before it is verified (the draft model trims tokens
+    it is unsure of, draftlength.py) sometimes keeps none: the step is then a plain one that
+    has also paid for the drafting. `key`'s estimates are learnt from the drafts that were
+    verified, so without `miss` the choice would price only those and look better than it
+    is, most where a verify row is dear and trims are frequent.
+    """
 
     drafter: str
     key: Hashable
     max_k: int
     draft_seconds: Callable[[int], float]
+    miss: float = 0.0  # P(the draft is trimmed to nothing: a plain step)
+    miss_seconds: float = 0.0  # what such a step spends drafting, besides its plain step
 
 
 @dataclass(frozen=True)
@@ -212,13 +221,16 @@ def choose(
     margin: float = 0.02,
 ) -> Choice:
     """Pick the drafter and k maximising expected tokens per second; k=0 unless it pays."""
-    plain = 1.0 / (costs.cost(1) + overhead)
+    plain_seconds = costs.cost(1) + overhead
+    plain = 1.0 / plain_seconds
     best = Choice(None, 0, 1.0)
     for cand in candidates:
         expected = models(cand.key).expected_curve(cand.max_k, optimism)
+        missed = cand.miss * (plain_seconds + cand.miss_seconds)
         for k in range(1, cand.max_k + 1):
             seconds = costs.cost(k + 1) + cand.draft_seconds(k) + overhead
-            gain = expected[k] / seconds / plain
+            tokens = (1.0 - cand.miss) * expected[k] + cand.miss
+            gain = tokens / ((1.0 - cand.miss) * seconds + missed) / plain
             if gain > best.expected_speedup:
                 best = Choice(cand.drafter, k, gain)
     if best.drafter is not None and best.expected_speedup < 1.0 + margin:

@@ -108,9 +108,16 @@ class CatchUp:
     """Ski rental for a cold draft model: the seconds it would have saved so far."""
 
     missed: float = 0.0
+    steps: int = 0  # steps rented so far
 
     def rent(self, seconds: float) -> None:
         self.missed += max(seconds, 0.0)
+        self.steps += 1
+
+    def pays_back(self, catch_up_seconds: float, steps_left: float) -> bool:
+        """Whether the steps the answer is expected to have left, saving what the steps so
+        far would have, pay for catching up."""
+        return self.missed / max(self.steps, 1) * steps_left >= catch_up_seconds
 
     def paid(self, catch_up_seconds: float) -> bool:
         return self.missed >= catch_up_seconds

@@ -288,10 +288,11 @@ OPTIONS: tuple[Option, ...] = (
            "`specchat bench --calibrate` confirmed a large difference on a quiet machine), on, "
            "off. Greedy answers can differ between the two at near-ties.", MODEL,
            choices=FLASH_ATTN_CHOICES),
-    Option("exact", bool, True, "Greedy answers equal --spec off's token for token where the "
+    Option("exact", bool, False, "Greedy answers equal --spec off's token for token where the "
            "target runs on the CPU: flash attention on, V cache in bf16, and at temperature 0 "
-           "at most 2 drafted tokens verified at a time (docs/exactness.md); --no-exact drafts "
-           "longer, and may differ from off at near-ties.", MODEL),
+           "at most 2 drafted tokens verified at a time (docs/exactness.md). Off (the "
+           "default): drafts are longer and greedy answers equal off's except where two "
+           "tokens tie within batched-vs-single float noise.", MODEL),
     # --- what an answer may do --------------------------------------------------------------
     Option("spec", str, _G.spec, "Speculation: auto (drafts only when it pays), draft, "
            "ngram, off.", GENERATION, choices=SPEC_MODES, live=True),
