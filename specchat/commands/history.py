@@ -121,7 +121,8 @@ def store(clear_: Annotated[bool, typer.Option("--clear", help="Delete every ans
                     f"{files} files")
     if not usage:
         output.line("  (empty)")
-    clients = _served_stores()
+    # A cleared client's folder keeps its store's lock file: only folders with answers count.
+    clients = [d for d in _served_stores() if usage_by_vocabulary(d)]
     if clients:
         kept = [u for d in clients for u in usage_by_vocabulary(d).values()]
         output.line(f"serve's stores of its clients: {serve_store_dir()}: {len(clients)} "
