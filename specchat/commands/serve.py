@@ -47,7 +47,8 @@ def serve(*, settings: Settings) -> None:
     config = ServeConfig(model=name, defaults=defaults, system=settings["system"],
                          api_key=settings["api_key"],
                          aliases=model_aliases(model), guard=policy,
-                         max_messages=settings["max_messages"])
+                         max_messages=settings["max_messages"],
+                         strict_model=bool(settings["strict_model"]))
     if settings["host"] not in ("127.0.0.1", "localhost", "::1") and not config.api_key:
         print(f"specchat: warning: listening on {settings['host']} without --api-key: anyone "
               "who can reach this port can use the model", file=sys.stderr)

@@ -363,6 +363,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_body", str, "8M", "Largest request body; larger ones get 413.", SERVER,
            parse=_size_text("max_body"), metavar="SIZE",
            check=lambda v: None if parse_size(v) >= 1024 else "must be at least 1K"),
+    Option("strict_model", bool, False, "Answer only requests that name the served model "
+           "(its name, file name or path); others get 404. By default any name is this "
+           "model.", SERVER),
     Option("max_messages", int, 4096, "Most messages in one chat request.", SERVER,
            check=_at_least(1)),
     Option("max_connections", int, 64, "Most open connections (kept below ulimit -n); more "
