@@ -13,14 +13,18 @@ from typing import Any
 
 import pytest
 
-from specchat.backend.structured import ModelGuides
+from specchat.backend.structured import ModelGuides, with_format_note
 from specchat.engine.constraint import Constraint
-from specchat.engine.options import Structure
+from specchat.engine.events import Finished
+from specchat.engine.loop import Hooks, generate
+from specchat.engine.options import GenerationOptions, Structure
 from specchat.errors import UsageError
 from specchat.llm.template import ChatTemplate
 from specchat.llm.tools import CLOSE, OPEN, Tool, ToolSet, accepts, split_calls
+from tests.test_engine_real import assert_near_tie, first_divergence
 
 backend = pytest.importorskip("specchat.llm.model")
+files = pytest.importorskip("specchat.llm.files")
 pytestmark = pytest.mark.real
 
 # What Pydantic writes for `class Team(BaseModel): people: list[Person]` with a nested model
@@ -120,3 +124,44 @@ def test_several_calls_unless_parallel_tool_calls_is_false(guides: ModelGuides,
     one = ToolSet(TOOLS, choice, parallel=False)
     assert not allows(guides, guides.constraint(None, one), two)
     assert allows(guides, guides.constraint(None, one), call("old", GOOD["old"]))
+
+
+ASKS = ["Report on a team of two people, Ada (dev) and Bo (ops).",
+        "Make a linked list 1, 2, 3."]
+
+
+def answer(guides: ModelGuides, text: str, spec: str, draft: Any = None) -> Finished:
+    structure = Structure("json_schema", json.dumps(TEAM))
+    tools = ToolSet(TOOLS, "auto")
+    messages = with_format_note([{"role": "user", "content": text}], structure, True)
+    prompt = guides.prompt(messages, tools)
+    constraint = guides.constraint(structure, tools)
+    options = GenerationOptions(max_tokens=32, spec=spec, draft_max=4)
+    *_, fin = generate(guides.model, prompt, options, draft=draft,
+                       hooks=Hooks(constraint=constraint))
+    assert isinstance(fin, Finished)
+    return fin
+
+
+@pytest.mark.slow
+def test_speculation_under_tools_beside_a_format_is_plain_decodings_answer(
+        real_model_path: Callable[[str], Path],
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """At temperature 0, drafting (a Q2_K requantization) and prompt lookup under the
+    joined grammar give plain constrained decoding's answer, or leave it at a near-tie."""
+    smol = real_model_path("smollm2-135m")
+    q2 = files.requantize(smol, tmp_path_factory.mktemp("q2") / "smol-q2_k.gguf", "Q2_K")
+    with backend.load_model(smol, n_ctx=1024) as target, \
+            backend.load_model(q2, n_ctx=1024) as draft:
+        guides = ModelGuides(target, ChatTemplate.from_model(target))
+        for text in ASKS:
+            off = answer(guides, text, "off")
+            for spec, drafter in (("draft", draft), ("ngram", None)):
+                got = answer(guides, text, spec, drafter)
+                at = first_divergence(off.tokens, got.tokens)
+                if at is not None:
+                    prompt = guides.prompt(with_format_note(
+                        [{"role": "user", "content": text}],
+                        Structure("json_schema", json.dumps(TEAM)), True), ToolSet(TOOLS))
+                    assert_near_tie(target, [*prompt, *off.tokens[:at]], off.tokens[at],
+                                    got.tokens[at], f"{spec}: {text!r} at token {at}")

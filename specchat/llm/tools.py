@@ -11,7 +11,8 @@ history`), so one grammar and one parser serve every model. Pure: no llama_cpp i
 
 `tool_choice` "required" and a named function are enforced by a grammar (`tool_lark`);
 "auto" lets the model write text or calls, and a call, once begun, must match its function's
-parameters; "none" leaves the tools out of the prompt altogether. Under "auto" small models
+parameters; "none" leaves the tools out of the prompt altogether. With a response_format
+under "auto", an answer is calls or JSON in that format, nothing else. Under "auto" small models
 often write the call as a fenced JSON block instead (```json {"name": ..., "arguments": ...}
 ```); an answer that starts so, naming a declared tool, is read as a call too and held to
 the same grammar (a block that names no declared tool stays text).
