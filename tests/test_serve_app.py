@@ -54,11 +54,11 @@ class SteppedModel(FakeModel):
 
 
 def make_client(target: FakeModel | None = None, *, queue: int = 4, api_key: str | None = None,
-                ready: bool = True) -> tuple[TestClient, Worker]:
+                ready: bool = True, strict_model: bool = False) -> tuple[TestClient, Worker]:
     runtime = fake_runtime(target)
     worker = Worker(lambda: runtime, queue)
     config = ServeConfig(model="fake", defaults=dict(DEFAULTS, max_tokens=12, spec="off"),
-                         api_key=api_key)
+                         api_key=api_key, strict_model=strict_model)
     if ready:
         worker.start()
         for _ in range(1000):
@@ -229,16 +229,31 @@ def test_malformed_json_unknown_model_unknown_path(client: TestClient) -> None:
     err = _error(client.post("/v1/chat/completions", content=b'{"model": "fake",',
                              headers={"content-type": "application/json"}), 400)
     assert "not valid JSON" in err["message"]
-    err = _error(client.post("/v1/chat/completions", json={"model": "gpt-4o",
-                                                           "messages": HELLO}), 404)
-    assert err["code"] == "model_not_found" and "'fake'" in err["message"]
     err = _error(client.get("/v1/embeddings"), 404)
     assert "/v1/chat/completions" in err["message"]
 
 
+def test_any_model_name_is_the_served_model_unless_strict(client: TestClient) -> None:
+    for path, body in [("/v1/chat/completions", {"messages": HELLO}),
+                       ("/v1/completions", {"prompt": "hi"})]:
+        r = client.post(path, json={"model": "gpt-4o", **body})
+        assert r.status_code == 200 and r.json()["model"] == "gpt-4o", r.text
+    assert client.get("/v1/models").json()["data"][0]["meta"]["any_model_name"] is True
+    strict, worker = make_client(strict_model=True)
+    try:
+        err = _error(strict.post("/v1/chat/completions", json={"model": "gpt-4o",
+                                                               "messages": HELLO}), 404)
+        assert err["code"] == "model_not_found" and "'fake'" in err["message"]
+        assert strict.post("/v1/chat/completions", json={"model": "fake",
+                                                         "messages": HELLO}).status_code == 200
+        assert strict.get("/v1/models").json()["data"][0]["meta"]["any_model_name"] is False
+    finally:
+        worker.stop()
+
+
 def test_a_model_file_path_has_friendly_names() -> None:
     config = ServeConfig(model="qwen.gguf", defaults=DEFAULTS,
-                         aliases=model_aliases("/models/qwen.gguf"))
+                         aliases=model_aliases("/models/qwen.gguf"), strict_model=True)
     assert all(config.accepts(n) for n in ("qwen.gguf", "qwen", "/models/qwen.gguf"))
     assert not config.accepts("gpt-4o")
 

@@ -55,3 +55,14 @@ def test_a_model_that_cannot_load_ends_the_server(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert "specchat: error:" in done.stderr and "nothing-here.gguf" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("flags, strict", [([], False), (["--strict-model"], True)])
+def test_strict_model_reaches_the_server(capsys: Any, monkeypatch: pytest.MonkeyPatch,
+                                         flags: list[str], strict: bool) -> None:
+    seen: list[Any] = []
+    monkeypatch.setattr("specchat.serve.server.run",
+                        lambda load, config, **kwargs: seen.append(config) or 0)
+    code, _, err = run_cli(["serve", *flags], capsys)
+    assert code == 0, err
+    assert seen[0].strict_model is strict and seen[0].accepts("gpt-4o") is not strict

@@ -28,10 +28,13 @@ from tests.test_serve_app import sse
 DEFAULTS = {name: BY_NAME[name].default for name in group(GENERATION) if name != "system"}
 CALL = b'{"name": "get_weather", "arguments": {"city": "Paris"}}'
 PIECES = [b"<tool_call>", b"\n", CALL, b"</tool_call>", b"Hello", b" world", b"{\"a\": 1}",
-          b"\xc3", b"\xa9", b"<eos>"]
-TC, NL, BODY, END, HELLO_, WORLD, JSON, E1, E2, EOS = range(len(PIECES))
+          b"\xc3", b"\xa9", b"<eos>",
+          b'{"name": "get_time", "arguments": {"zone": "CET"}}']
+TC, NL, BODY, END, HELLO_, WORLD, JSON, E1, E2, EOS, BODY2 = range(len(PIECES))
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "properties": {"zone": {"type": "string"}}}}}
 USER = [{"role": "user", "content": "weather?"}]
 
 
@@ -47,6 +50,7 @@ class FakeGuides:
     def __init__(self) -> None:
         self.prompts: list[tuple[list[Message], ToolSet]] = []
         self.asked: list[tuple[Structure | None, ToolSet | None]] = []
+        self.calls = (TC, NL, BODY, NL, END)  # what a tool grammar forces
 
     def prompt(self, messages: Sequence[Message], tools: ToolSet) -> list[int]:
         self.prompts.append((list(messages), tools))
@@ -56,7 +60,7 @@ class FakeGuides:
                    tools: ToolSet | None) -> FakeGrammar | None:
         self.asked.append((structure, tools))
         if tools is not None and tools.callable:
-            return forcing(TC, NL, BODY, NL, END)
+            return forcing(*self.calls)
         return forcing(JSON) if structure is not None else None
 
 
@@ -113,6 +117,64 @@ def test_streamed_tool_calls_are_openai_deltas(served: tuple[TestClient, FakeGui
     assert json.loads(calls[0]["function"]["arguments"]) == {"city": "Paris"}
     assert events[-1]["choices"][0]["finish_reason"] == "tool_calls"
     assert not any(d.get("content") for d in deltas)  # the markers never leak as text
+
+
+def test_several_calls_come_back_as_several_tool_calls_in_order(
+        served: tuple[TestClient, FakeGuides]) -> None:
+    client, guides = served
+    guides.calls = (TC, NL, BODY, NL, END, NL, TC, NL, BODY2, NL, END)
+    r = chat(client, tools=[WEATHER, TIME], max_tokens=20)
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    whole = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+             for c in choice["message"]["tool_calls"]]
+    assert whole == [("get_weather", {"city": "Paris"}), ("get_time", {"zone": "CET"})]
+    assert len({c["id"] for c in choice["message"]["tool_calls"]}) == 2
+    events = [e for e in sse(chat(client, tools=[WEATHER, TIME], max_tokens=20, stream=True))
+              if e != "[DONE]"]
+    deltas = [c for e in events if e["choices"]
+              for c in e["choices"][0]["delta"].get("tool_calls", [])]
+    assert [c["index"] for c in deltas] == [0, 1]
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+            for c in deltas] == whole
+    assert events[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    assert guides.asked[-1][1] is not None and guides.asked[-1][1].parallel
+    chat(client, tools=[WEATHER, TIME], parallel_tool_calls=False, max_tokens=20)
+    assert guides.asked[-1][1] is not None and not guides.asked[-1][1].parallel
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_cut_by_max_tokens_leaks_no_markup(served: tuple[TestClient, FakeGuides],
+                                                  stream: bool) -> None:
+    client, guides = served
+    guides.calls = (HELLO_, TC, NL, BODY, NL, END)
+    r = chat(client, tools=[WEATHER], max_tokens=3, stream=stream)
+    if stream:
+        events = [e for e in sse(r) if e != "[DONE]"]
+        deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]
+        content = "".join(d.get("content") or "" for d in deltas)
+        assert not any(d.get("tool_calls") for d in deltas)
+        reason = events[-1]["choices"][0]["finish_reason"]
+    else:
+        choice = r.json()["choices"][0]
+        content, reason = choice["message"]["content"], choice["finish_reason"]
+        assert "tool_calls" not in choice["message"]
+    assert content == "Hello" and reason == "length"
+
+
+def test_response_format_beside_tools_reaches_the_grammar_and_the_prompt(
+        served: tuple[TestClient, FakeGuides]) -> None:
+    client, guides = served
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}
+    r = chat(client, tools=[WEATHER], response_format=fmt, max_tokens=20)
+    assert r.status_code == 200, r.text
+    structure, tools = guides.asked[-1]
+    assert structure == Structure("json_schema", '{"type": "object"}')
+    assert tools is not None and tools.choice == "auto"
+    note = guides.prompts[-1][0][-1]["content"]
+    assert note.startswith("weather?") and "Unless you call a tool" in note
+    chat(client, tools=[WEATHER], response_format=fmt, tool_choice="required", max_tokens=20)
+    assert guides.prompts[-1][0][-1]["content"] == "weather?"  # a call is the answer
 
 
 def test_tool_results_in_the_history_reach_the_template(

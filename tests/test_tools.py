@@ -116,8 +116,25 @@ def test_blocks_that_are_no_calls_stay_text() -> None:
     assert content == "" and [(c.name, c.arguments) for c in calls] == [("f", '{"a": 1}')]
     wrong = '```json\n{"name": "f", "arguments": {"a": "x"}}\n```'
     assert split_calls(wrong, accept) == (wrong, [])  # arguments its parameters refuse
-    cut = 'ok <tool_call>\n{"name": "f", "argu'
-    assert split_calls(cut, accept) == (cut, [])  # an answer cut in a call: text
+
+
+@pytest.mark.parametrize("cut, kept", [
+    ('ok <tool_call>\n{"name": "f", "argu', "ok "),
+    ("ok <tool_c", "ok "),
+    ('ok ```json\n{"name": "f", "arguments": {"a"', "ok "),
+    ('ok ```json\n{"na', "ok "),
+    ('```json\n{"name": "', ""),
+    # Not a call: a fence that names no declared tool, code, a JSON value of other keys.
+    ('ok ```json\n{"name": "Bob", "age"', 'ok ```json\n{"name": "Bob", "age"'),
+    ("ok ```python\nprint(", "ok ```python\nprint("),
+    ('```json\n{"city": "Pa', '```json\n{"city": "Pa'),
+])
+def test_a_call_cut_short_leaves_only_the_text_before_it(cut: str, kept: str) -> None:
+    accept = accepts([Tool("f")])
+    assert split_calls(cut, accept, names=["f"]) == (kept, [])
+    stream = CallStream(accept, names=["f"])
+    parts = [p for i in range(0, len(cut), 2) for p in stream.push(cut[i: i + 2])]
+    assert "".join(str(p) for p in [*parts, *stream.finish()]) == kept
 
 
 def test_tool_grammars_name_special_markers_as_tokens() -> None:

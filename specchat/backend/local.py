@@ -253,8 +253,9 @@ class Runtime(Backend):
                     tools: ToolSet | None = None) -> list[int]:
         """The chat prompt for an answer: with the tools it may call, and a note on the
         format it must have (backend/structured.py says why)."""
-        if tools is None or not tools.callable:
-            messages = with_format_note(messages, options.structure)
+        calls = tools is not None and bool(tools.callable)
+        if not calls or (tools is not None and tools.choice == "auto"):
+            messages = with_format_note(messages, options.structure, beside_tools=calls)
         if uses_tools(messages, tools):
             return self._guides().prompt(messages, tools or ToolSet(()))
         return self.chat_tokens(messages)

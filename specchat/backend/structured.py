@@ -21,7 +21,7 @@ from specchat.backend.base import Message
 from specchat.engine.constraint import Constraint
 from specchat.engine.options import Structure
 from specchat.errors import UsageError
-from specchat.llm.lark import GrammarError
+from specchat.llm.lark import GrammarError, json_body
 from specchat.llm.template import ChatTemplate, chat_tokens
 from specchat.llm.tools import (
     CLOSE,
@@ -49,21 +49,23 @@ class Guides(Protocol):
         ...
 
 
-def format_note(structure: Structure | None) -> str | None:
-    """What the model is told about the answer's format (None: nothing)."""
+def format_note(structure: Structure | None, beside_tools: bool = False) -> str | None:
+    """What the model is told about the answer's format (None: nothing); `beside_tools`:
+    the format of an answer that calls none of the tools it was offered."""
     if structure is None or structure.kind == "grammar":
         return None
+    answer = "Unless you call a tool, answer" if beside_tools else "Answer"
     if structure.kind == "json":
-        return "Answer with one JSON object."
+        return f"{answer} with one JSON object."
     schema = json.dumps(json.loads(structure.text), ensure_ascii=False, separators=(",", ":"))
-    return f"Answer with JSON that matches this JSON schema:\n{schema}"
+    return f"{answer} with JSON that matches this JSON schema:\n{schema}"
 
 
-def with_format_note(messages: Sequence[Message],
-                     structure: Structure | None) -> Sequence[Message]:
+def with_format_note(messages: Sequence[Message], structure: Structure | None,
+                     beside_tools: bool = False) -> Sequence[Message]:
     """The conversation with the format note after the last user message's text (or in the
     system message, when the conversation does not end with the user)."""
-    note = format_note(structure)
+    note = format_note(structure, beside_tools)
     if note is None:
         return messages
     out = [dict(m) for m in messages]
@@ -110,12 +112,9 @@ class ModelGuides:
                    tools: ToolSet | None) -> Constraint | None:
         grammars = self.grammars
         if tools is not None and tools.callable:
-            if structure is not None and tools.choice == "auto":
-                raise UsageError("response_format together with tools is not supported: "
-                                 "send one of them, or tool_choice 'required'",
-                                 param="response_format")
-            lark = tool_lark(tools, grammars.special_token(OPEN), grammars.special_token(CLOSE))
             try:
+                lark = tool_lark(tools, grammars.special_token(OPEN),
+                                 grammars.special_token(CLOSE), _beside_tools(structure, tools))
                 return grammars.matcher(lark) if lark else None
             except GrammarError as exc:
                 raise UsageError(f"tools: {exc}", param="tools") from None
@@ -126,3 +125,19 @@ class ModelGuides:
         except GrammarError as exc:
             raise UsageError(f"{structure.kind.replace('_', ' ')}: {exc}",
                              param="response_format") from None
+
+
+def _beside_tools(structure: Structure | None, tools: ToolSet) -> str | None:
+    """The rule an answer without a call must match under "auto" (None: free text). A call
+    forced by tool_choice is the answer, whatever the response_format says, as in OpenAI's
+    API; a whole grammar cannot be joined with the tools' one."""
+    if structure is None or tools.choice != "auto":
+        return None
+    if structure.kind == "grammar":
+        raise UsageError("a grammar together with tools is not supported: send one of them, "
+                         "or response_format json_schema", param="grammar")
+    try:
+        return json_body(structure, strict=structure.strict)
+    except GrammarError as exc:
+        raise UsageError(f"{structure.kind.replace('_', ' ')}: {exc}",
+                         param="response_format") from None

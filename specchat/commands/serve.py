@@ -52,7 +52,8 @@ def serve(*, settings: Settings) -> None:
                          api_key=settings["api_key"],
                          more_keys=_key_file(settings["api_key_file"]),
                          aliases=model_aliases(model), guard=policy,
-                         max_messages=settings["max_messages"])
+                         max_messages=settings["max_messages"],
+                         strict_model=bool(settings["strict_model"]))
     if settings["host"] not in ("127.0.0.1", "localhost", "::1") and not config.keys:
         print(f"specchat: warning: listening on {settings['host']} without --api-key: anyone "
               "who can reach this port can use the model", file=sys.stderr)

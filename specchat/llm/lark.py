@@ -39,10 +39,9 @@ def json_lark(schema: object, *, strict: bool = True) -> str:
 
 def structure_lark(structure: Structure, *, strict: bool = True) -> str:
     """The whole Lark grammar for a Structure."""
-    if structure.kind == "json":
-        return "start: " + json_lark({"type": "object"})
-    if structure.kind == "json_schema":
-        return "start: " + json_lark(parse_schema(structure.text), strict=strict)
+    json_rule = json_body(structure, strict=strict)
+    if json_rule is not None:
+        return "start: " + json_rule
     text = structure.text
     if "::=" in text:  # llama.cpp's GBNF
         from llguidance.gbnf_to_lark import any_to_lark  # only for GBNF
@@ -52,6 +51,15 @@ def structure_lark(structure: Structure, *, strict: bool = True) -> str:
         except Exception as exc:  # noqa: BLE001 - the converter raises plain exceptions
             raise GrammarError(f"the GBNF grammar does not convert: {one_line(exc)}") from None
     return text
+
+
+def json_body(structure: Structure, *, strict: bool = True) -> str | None:
+    """The Lark rule body of a JSON Structure (None for a grammar, which is whole)."""
+    if structure.kind == "json":
+        return json_lark({"type": "object"})
+    if structure.kind == "json_schema":
+        return json_lark(parse_schema(structure.text), strict=strict)
+    return None
 
 
 def parse_schema(text: str) -> object:

@@ -11,7 +11,8 @@ history`), so one grammar and one parser serve every model. Pure: no llama_cpp i
 
 `tool_choice` "required" and a named function are enforced by a grammar (`tool_lark`);
 "auto" lets the model write text or calls, and a call, once begun, must match its function's
-parameters; "none" leaves the tools out of the prompt altogether. Under "auto" small models
+parameters; "none" leaves the tools out of the prompt altogether. With a response_format
+under "auto", an answer is calls or JSON in that format, nothing else. Under "auto" small models
 often write the call as a fenced JSON block instead (```json {"name": ..., "arguments": ...}
 ```); an answer that starts so, naming a declared tool, is read as a call too and held to
 the same grammar (a block that names no declared tool stays text).
@@ -26,7 +27,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specchat.llm.lark import json_lark
+from specchat.llm.lark import JSON_WHITESPACE, json_lark
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 FENCE = "```"
@@ -94,52 +95,70 @@ def native(template_source: str) -> bool:
     return "tools" in template_source and OPEN in template_source
 
 
-def tool_lark(tools: ToolSet, open_token: int | None, close_token: int | None) -> str | None:
+def tool_lark(tools: ToolSet, open_token: int | None, close_token: int | None,
+              answer: str | None = None) -> str | None:
     """The grammar of an answer under `tools` (None: no grammar, for "none").
 
     `open_token`/`close_token` are the ids of <tool_call> and </tool_call> when the model has
     them as special tokens (a grammar must name those as tokens); else the markers are text.
+    `answer` (a Lark rule body, under "auto" only) is what an answer that calls no tool must
+    be, a response_format's JSON; without it such an answer is free text.
     """
     callable_ = tools.callable
     if not callable_:
         return None
-    bodies = [{"type": "object", "properties": {"name": {"const": t.name},
-                                                 "arguments": _parameters(t)},
-               "required": ["name", "arguments"], "additionalProperties": False}
-              for t in callable_]
-    strict = all(t.strict for t in callable_)
-    body = json_lark(bodies[0] if len(bodies) == 1 else {"anyOf": bodies}, strict=strict)
     many = tools.parallel and tools.choice in ("auto", "required")
     calls = 'calls: (call "\\n"?)+' if many else 'calls: call "\\n"?'
     closer = f"<[{close_token}]>" if close_token is not None else json.dumps(CLOSE)
+    opener = f"<[{open_token}]>" if open_token is not None else json.dumps(OPEN)
+    bodies = _bodies(callable_)
     if tools.choice != "auto":
-        opener = f"<[{open_token}]>" if open_token is not None else json.dumps(OPEN)
         return "\n".join(["start: calls", calls, f'call: {opener} "\\n" body "\\n" {closer}',
-                          f"body: {body}"])
-    fenced, rules = _fenced(callable_, strict)
-    if open_token is not None:
+                          *bodies])
+    fenced, rules = _fenced(callable_, text=answer is None)
+    if answer is not None:
+        # Either a call (nothing before it) or the answer in its format.
+        start = f"start: answer | calls\nanswer: {answer}"
+        call = f'call: {opener} "\\n" body "\\n" {closer} | {fenced}'
+    elif open_token is not None:
         # A special token never matches text: free text simply stops where a call begins.
         start = "start: TEXT? calls?"
-        call = f'call: <[{open_token}]> "\\n" body "\\n" {closer} | {fenced}'
+        call = f'call: {opener} "\\n" body "\\n" {closer} | {fenced}'
     else:
         # Text markers: what comes before a call ends lazily, at the first marker.
         start = "start: TEXT | calls"
         call = f'call: head "\\n" body "\\n" {closer} | {fenced}\nhead[lazy]: /(?s:.*){OPEN}/'
-    return "\n".join([start, calls, call, f"body: {body}", *rules])
+    return "\n".join([start, calls, call, *bodies, *rules])
 
 
-def _fenced(tools: Sequence[Tool], strict: bool) -> tuple[str, list[str]]:
-    """The fenced form of a call, one rule per tool: its head (the fence and the JSON up to
-    the arguments) is one terminal, like TEXT, so the lexer weighs both at every byte and
+def _bodies(tools: Sequence[Tool]) -> list[str]:
+    """The JSON of a call, one rule per tool: its head (up to the arguments) is one terminal
+    and its arguments a JSON schema of their own, each tool's parameters a whole document, so
+    that their local $refs ("#/$defs/Person", "#") point where their author meant."""
+    ws = JSON_WHITESPACE
+    rules = [f"body: {' | '.join(f'body_{i}' for i in range(len(tools)))}",
+             f"BODY_END: /{ws}\\}}/"]
+    for i, tool in enumerate(tools):
+        rules += [f"body_{i}: BODY_{i} args_{i} BODY_END",
+                  f'BODY_{i}: /\\{{{ws}"name"{ws}:{ws}"{re.escape(tool.name)}"{ws},{ws}'
+                  f'"arguments"{ws}:{ws}/',
+                  f"args_{i}: {json_lark(_parameters(tool), strict=tool.strict)}"]
+    return rules
+
+
+def _fenced(tools: Sequence[Tool], *, text: bool) -> tuple[str, list[str]]:
+    """The fenced form of a call, one rule per tool (its arguments are `_bodies`' args_i):
+    its head (the fence and the JSON up to the arguments) is one terminal, like TEXT (when
+    `text`: free text may come instead of calls), so the lexer weighs both at every byte and
     free text gives way exactly where a declared tool's name closes."""
     names = "|".join(re.escape(t.name) for t in tools)
     head = rf'{_FENCE}\{{{_WS}"name"{_WS}:{_WS}"'
-    rules = [f"FENCE_END: /{_WS}\\}}{_WS}```/",
-             f'TEXT: /(?s:.+)/ & ~/{head}({names})"(?s:.*)/']
+    rules = [f"FENCE_END: /{_WS}\\}}{_WS}```/"]
+    if text:
+        rules.append(f'TEXT: /(?s:.+)/ & ~/{head}({names})"(?s:.*)/')
     for i, tool in enumerate(tools):
         rules += [f"fenced_{i}: FENCED_{i} args_{i} FENCE_END",
-                  f'FENCED_{i}: /{head}{re.escape(tool.name)}"{_WS},{_WS}"arguments"{_WS}:{_WS}/',
-                  f"args_{i}: {json_lark(_parameters(tool), strict=strict)}"]
+                  f'FENCED_{i}: /{head}{re.escape(tool.name)}"{_WS},{_WS}"arguments"{_WS}:{_WS}/']
     return " | ".join(f"fenced_{i}" for i in range(len(tools))), rules
 
 
@@ -255,14 +274,17 @@ class CallStream:
 
     Text that could be the start of a call is held back until it is clear; a call is handed
     out once its closing marker arrived. A block that is no call `accept` takes (a fenced
-    code block, say) comes back as the text it was; so does a call that never closes (the
-    answer was cut), at the end.
+    code block, say) comes back as the text it was. A call that never closes (the answer was
+    cut) is dropped at the end, markup and all: a <tool_call> block, the start of its marker,
+    or a fenced block begun as a call of one of `names` (any name, when empty).
     """
 
     def __init__(self, accept: Callable[[ToolCall], bool] | None = None,
-                 make_id: Callable[[], str] = new_call_id) -> None:
+                 make_id: Callable[[], str] = new_call_id,
+                 names: Collection[str] = ()) -> None:
         self.accept = accept
         self.make_id = make_id
+        self.names = frozenset(names)
         self._buf = ""
         self._open: tuple[str, str] | None = None  # the markers of the block being read
 
@@ -299,8 +321,30 @@ class CallStream:
         return call
 
     def finish(self) -> list[str | ToolCall]:
-        rest, self._buf, self._open = self._buf, "", None
+        rest, opened = self._buf, self._open
+        self._buf, self._open = "", None
+        if opened is None and rest and OPEN.startswith(rest):
+            return []  # the start of a marker
+        if opened is not None and (opened[0] == OPEN or self._begun_call(rest[len(FENCE):])):
+            return []
         return [rest] if rest else []
+
+    def _begun_call(self, fenced: str) -> bool:
+        """Whether a fenced block's text so far is a call's start: a name that is (or
+        begins) a declared one, or the fence's JSON cut before its name."""
+        begun = _BEGUN.match(fenced)
+        if begun is None:
+            compact = re.sub(r"[ \t\n]", "", fenced.removeprefix("json"))
+            return compact.startswith("{") and '{"name":"'.startswith(compact)
+        name, closed = begun.group(1), begun.group(2)
+        if not self.names:
+            return True
+        return name in self.names if closed else any(n.startswith(name) for n in self.names)
+
+
+# A fenced block's text once its call object has begun: the name so far, and its quote
+# when the name is whole.
+_BEGUN = re.compile(rf'(?:json)?{_WS}\{{{_WS}"name"{_WS}:{_WS}"([^"]*)(")?')
 
 
 def _partial_suffix(text: str, marker: str) -> int:
@@ -331,9 +375,10 @@ def accepts(tools: Collection[Tool]) -> Callable[[ToolCall], bool]:
 
 
 def split_calls(text: str, accept: Callable[[ToolCall], bool] | None = None,
-                make_id: Callable[[], str] = new_call_id) -> tuple[str, list[ToolCall]]:
+                make_id: Callable[[], str] = new_call_id,
+                names: Collection[str] = ()) -> tuple[str, list[ToolCall]]:
     """A whole answer's text (without the calls, trimmed) and the calls `accept` takes."""
-    stream = CallStream(accept, make_id)
+    stream = CallStream(accept, make_id, names)
     parts = stream.push(text) + stream.finish()
     calls = [p for p in parts if isinstance(p, ToolCall)]
     content = "".join(p for p in parts if isinstance(p, str))

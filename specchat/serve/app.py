@@ -59,9 +59,12 @@ class ServeConfig:
     created: int = field(default_factory=lambda: int(time.time()))
     guard: Policy = field(default_factory=Policy)  # hosts, origins, body size, read timeout
     max_messages: int = 4096
+    # Refuse a model name other than `model` and its aliases (404); by default any name is
+    # this model, as llama-server does: clients with a hard-coded name work unconfigured.
+    strict_model: bool = False
 
     def accepts(self, name: str) -> bool:
-        return name == self.model or name in self.aliases
+        return not self.strict_model or name == self.model or name in self.aliases
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -114,7 +117,10 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
     @app.get("/v1/models", dependencies=guarded)
     @app.get("/models", dependencies=guarded, include_in_schema=False)
     async def models() -> ModelList:
-        meta: dict[str, Any] = {"spec": config.defaults.get("spec")}
+        meta: dict[str, Any] = {"spec": config.defaults.get("spec"),
+                                # Whether a request naming another model is answered by
+                                # this one (--strict-model: a 404).
+                                "any_model_name": not config.strict_model}
         if worker.runtime is not None:
             meta["draft"] = worker.runtime.info.draft_name
             meta["n_ctx"] = worker.runtime.n_ctx

@@ -79,7 +79,8 @@ class Answer:
         self.created = int(time.time())
         callable_ = tools.callable if chat and tools is not None else ()
         self.accept = accepts(callable_) if callable_ else None
-        self.calls = CallStream(self.accept) if callable_ else None
+        self.names = [t.name for t in callable_]
+        self.calls = CallStream(self.accept, names=self.names) if callable_ else None
         self.n_calls = 0
         self.texts = LogprobTexts(token_bytes) if logprobs and token_bytes else None
         self.logprobs: list[TokenLogprob] = []  # not yet sent
@@ -104,7 +105,7 @@ class Answer:
         content: str | None = finished.text
         calls: list[ToolCallOut] | None = None
         if self.calls is not None:
-            content, found = split_calls(finished.text, self.accept)
+            content, found = split_calls(finished.text, self.accept, names=self.names)
             calls = [ToolCallOut(id=c.id, function=FunctionCall(name=c.name,
                                                                 arguments=c.arguments))
                      for c in found] or None

@@ -373,6 +373,9 @@ OPTIONS: tuple[Option, ...] = (
            "chats' drafting store too (read only: clients' words never go into it). Off: "
            "each API key drafts only from what it asked before. Only for a server you "
            "alone use.", SERVER),
+    Option("strict_model", bool, False, "Answer only requests that name the served model "
+           "(its name, file name or path); others get 404. By default any name is this "
+           "model.", SERVER),
     Option("max_messages", int, 4096, "Most messages in one chat request.", SERVER,
            check=_at_least(1)),
     Option("max_connections", int, 64, "Most open connections (kept below ulimit -n); more "
