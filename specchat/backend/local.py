@@ -30,6 +30,7 @@ from specchat.engine.loop import Hooks, Restore, generate
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.protocol import LogitsModel, common_prefix
 from specchat.engine.stats import Stats
+from specchat.engine.textdraft import TextVocabs
 from specchat.engine.threads import ThreadGovernor
 from specchat.errors import PromptTooLong, UsageError
 from specchat.llm.tools import ToolSet
@@ -66,6 +67,8 @@ class Runtime(Backend):
     drafts: DraftStore | None = None  # earlier prompts and answers `auto` drafts from
     # Prompts with tools and grammars for structured answers (None: free text only)
     guides: Guides | None = None
+    # The draft's vocabulary is not the target's: it drafts text (engine/textdraft.py)
+    vocabs: TextVocabs | None = None
 
     # --- the answer path ---------------------------------------------------------------
     def stream(self, prompt: Sequence[int], options: GenerationOptions,
@@ -80,7 +83,7 @@ class Runtime(Backend):
             history = self.drafts.index(self.target.n_vocab)
         hooks = Hooks(auto=self.auto, progress=progress, restore=self._restorer(draft),
                       governor=self.governor, history=history,
-                      constraint=self._constraint(options, tools))
+                      constraint=self._constraint(options, tools), vocabs=self.vocabs)
         events = generate(self.target, prompt, options, draft=draft, hooks=hooks)
         if self.governor is None or self.cpu_share is None:
             return events
@@ -139,7 +142,8 @@ class Runtime(Backend):
             return []  # a recurrent state cannot be cut back to a shared prefix
         # Fakes in tests may have no saved states: only models that do take part.
         found: list[StatefulModel] = []
-        for model in (self.target, draft):
+        # A draft of another vocabulary holds other tokens than the prompt's: not cached.
+        for model in (self.target, None if self.vocabs is not None else draft):
             if isinstance(model, StatefulModel):
                 found.append(model)
         return found
