@@ -168,11 +168,13 @@ def test_the_cli_drafts_for_a_padded_target_with_the_same_greedy_answer(
     stats = runs["draft"]["stats"]
     print(f"CLI greedy, padded target: acceptance {stats['accepted']}/{stats['drafted']}")
     assert stats["drafted"] > 0
-    refused = _cli(padded["pad129"], "draft", tmp_path, env_cache)
-    assert refused.returncode == 2 and refused.stdout == ""
-    assert refused.stderr.startswith("specchat: error: draft SmolLM2-135M-Instruct.Q4_1.gguf "
-                                     "cannot draft for target smol-pad129.gguf: vocabulary size")
-    assert refused.stderr.count("\n") == 1
+    # Past the padding bound the vocabularies differ: a draft named with -d then drafts
+    # text, re-tokenized for the target (engine/textdraft.py), with the same greedy answer.
+    far = {spec: _cli(padded["pad129"], spec, tmp_path, env_cache) for spec in ("off", "draft")}
+    assert all(done.returncode == 0 for done in far.values()), far["draft"].stderr
+    far_runs = {spec: json.loads(done.stdout) for spec, done in far.items()}
+    assert far_runs["draft"]["tokens"] == far_runs["off"]["tokens"]
+    assert far_runs["draft"]["stats"]["accepted"] > 0
 
 
 def _cli(model: Path, spec: str, home: Path,

@@ -23,9 +23,10 @@ from specchat.backend.tuning import (
     thread_governor,
     wants_auto_costs,
 )
+from specchat.engine.textdraft import TextVocabs
 from specchat.errors import SpecchatError
 from specchat.llm.template import ChatTemplate, chat_tokens
-from specchat.llm.vocab import check_compatible
+from specchat.llm.vocab import check_compatible, compatibility_problems
 from specchat.models import DEFAULT_TARGET, default_draft_for, resolve_model
 from specchat.models.localfiles import LocalModel
 from specchat.models.pairing import find_draft
@@ -78,8 +79,8 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
     layers, fit = gpu_layers(settings, target_path, draft_path)
     calibration = Calibration(settings, gpu_key(layers, fit))
     closers: list[Callable[[], None]] = []
-    target, draft, template = _load(settings, (target_path, draft_path), layers, calibration,
-                                    _loaded_models(reuse), closers)
+    target, draft, template, vocabs = _load(settings, (target_path, draft_path), layers,
+                                            calibration, _loaded_models(reuse), closers)
     info = RuntimeInfo(
         target_name=target_name, target_path=str(target_path),
         draft_name=draft_name, draft_path=str(draft_path) if draft_path else None,
@@ -89,6 +90,9 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
     )
     if template.is_fallback and not settings.quiet:
         note(f"specchat: note: {template.note}")
+    if vocabs is not None:
+        info.notes.append(f"{draft_name} has another vocabulary than {target_name}: it "
+                          "drafts text, re-tokenized for the target")
     runtime = Runtime(
         target=target, draft=draft,
         chat_tokens=lambda messages: chat_tokens(target, template, list(messages)),
@@ -99,6 +103,7 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
             prompt if isinstance(prompt, str) else template.render(list(prompt))),
         info=info, speculation_allowed=not target.is_recurrent, closers=closers,
         settings=settings, reopen=open_runtime, guides=ModelGuides(target, template),
+        vocabs=vocabs,
     )
     tuned = Tuned(target, draft, target_path, draft_path, settings, calibration)
     try:
@@ -115,10 +120,10 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
 def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple[int, int],
           calibration: Calibration, loaded: dict[str, LlamaModel],
           closers: list[Callable[[], None]]
-          ) -> tuple[LlamaModel, LlamaModel | None, ChatTemplate]:
-    """The target and draft (taken from `loaded` where the file is already open) and the
-    target's chat template; a draft that does not fit the target is refused. What is loaded
-    here is closed by `closers`, also when this fails."""
+          ) -> tuple[LlamaModel, LlamaModel | None, ChatTemplate, TextVocabs | None]:
+    """The target and draft (taken from `loaded` where the file is already open), the
+    target's chat template, and both vocabularies as text when the draft's differs
+    (_text_vocabs). What is loaded here is closed by `closers`, also when this fails."""
     from specchat.llm.model import load_model  # llama.cpp loads only when models do
 
     def load(path: Path, n_ctx: int, n_gpu_layers: int,
@@ -136,7 +141,7 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
     target = load(target_path, settings.n_ctx, layers[0],
                   flash_attn_for(settings, calibration, target_path), settings.exact)
     try:
-        draft = None
+        draft, vocabs = None, None
         if draft_path is not None:
             # target.n_ctx, not settings.n_ctx: --ctx 0 resolved to the target's trained one.
             # A pinned flash attention applies to both models; auto leaves the draft's to
@@ -144,12 +149,27 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
             draft = load(draft_path, target.n_ctx, layers[1],
                          flash_attn_for(settings, calibration, target_path)
                          if settings.flash_attn != "auto" else None)
-            check_compatible(target, draft)
-        return target, draft, ChatTemplate.from_model(target)
+            vocabs = _text_vocabs(settings, target, draft)
+        return target, draft, ChatTemplate.from_model(target), vocabs
     except BaseException:
         for close in reversed(closers):
             close()
         raise
+
+
+def _text_vocabs(settings: LoadSettings, target: LlamaModel,
+                 draft: LlamaModel) -> TextVocabs | None:
+    """None when the draft shares the target's vocabulary. A draft named with --draft that
+    does not drafts text, re-tokenized for the target (engine/textdraft.py): exact, if
+    slower than a draft of the same vocabulary. Any other draft must share it."""
+    from specchat.llm.textvocab import LlamaTextVocab
+
+    target_info, draft_info = target.vocab_info(), draft.vocab_info()
+    if not compatibility_problems(target_info, draft_info):
+        return None
+    if not settings.draft:
+        check_compatible(target_info, draft_info)  # refused, naming every difference
+    return TextVocabs(LlamaTextVocab(target), LlamaTextVocab(draft))
 
 
 def _tune(runtime: Runtime, tuned: Tuned) -> None:

@@ -38,6 +38,7 @@ from specchat.engine.loop import Hooks, Restore, generate
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.protocol import LogitsModel, common_prefix
 from specchat.engine.stats import Stats
+from specchat.engine.textdraft import TextVocabs
 from specchat.engine.threads import ThreadGovernor
 from specchat.errors import PromptTooLong, UsageError
 from specchat.llm.tools import ToolSet
@@ -75,6 +76,8 @@ class Runtime(Backend):
     clients: Clients | None = None  # a server's clients, each drafting apart (clients.py)
     # Prompts with tools and grammars for structured answers (None: free text only)
     guides: Guides | None = None
+    # The draft's vocabulary is not the target's: it drafts text (engine/textdraft.py)
+    vocabs: TextVocabs | None = None
 
     # --- the answer path ---------------------------------------------------------------
     def stream(self, prompt: Sequence[int], options: GenerationOptions,
@@ -89,7 +92,7 @@ class Runtime(Backend):
             history = self.drafts.index(self.target.n_vocab)
         hooks = Hooks(auto=self.auto, progress=progress, restore=self._restorer(draft),
                       governor=self.governor, history=history,
-                      constraint=self._constraint(options, tools))
+                      constraint=self._constraint(options, tools), vocabs=self.vocabs)
         events = generate(self.target, prompt, options, draft=draft, hooks=hooks)
         if self.governor is None or self.cpu_share is None:
             return events
@@ -182,7 +185,8 @@ class Runtime(Backend):
             return []  # a recurrent state cannot be cut back to a shared prefix
         # Fakes in tests may have no saved states: only models that do take part.
         found: list[StatefulModel] = []
-        for model in (self.target, draft):
+        # A draft of another vocabulary holds other tokens than the prompt's: not cached.
+        for model in (self.target, None if self.vocabs is not None else draft):
             if isinstance(model, StatefulModel):
                 found.append(model)
         return found

@@ -123,7 +123,9 @@ def record(runtime: Runtime, prompts: Sequence[BenchPrompt], max_tokens: int, so
             raise RuntimeError(f"the engine ended {p.question_id} without a Finished event")
         answer = tuple(finished.tokens)
         draft = draft_p = None
-        if runtime.draft is not None:
+        # A draft of another vocabulary drafts text (engine/textdraft.py): its proposals are
+        # not one token per answer position, so it is not recorded (lookups still replay).
+        if runtime.draft is not None and runtime.vocabs is None:
             forced = teacher_forced(runtime.draft, runtime.target.n_vocab, tokens, answer)
             draft = tuple(t for t, _ in forced)
             draft_p = tuple(round(c, 3) for _, c in forced)

@@ -61,6 +61,7 @@ from specchat.engine.draftlength import (
 )
 from specchat.engine.history import HistoryDrafter, history_prior
 from specchat.engine.protocol import common_prefix
+from specchat.engine.textdraft import TextDrafter
 from specchat.engine.tree import TreeDraft
 
 # Ratios of a CPU verify batch to one step (docs/costs.md, Qwen 1.5B on 2 cores): a cautious
@@ -195,7 +196,7 @@ class AutoPolicy:
     second."""
 
     def __init__(self, state: AutoState, ngram: PromptLookupDrafter,
-                 draft: DraftModelDrafter | None, k_max: int,
+                 draft: DraftModelDrafter | TextDrafter | None, k_max: int,
                  history: HistoryDrafter | None = None) -> None:
         self.state = state
         self.ngram = ngram
@@ -220,7 +221,7 @@ class AutoPolicy:
         self.ngram.prepare(context)
         if self.draft is not None:
             # Filled now only when it holds most of the context already (draftlength.py).
-            lag = len(context) - 1 - common_prefix(self.draft.model.tokens, context[:-1])
+            lag = self.draft.lag(context)
             self._renting = lag <= COLD_LAG and self._rent_first(lag)
             self.draft.prepare(context, fill=lag <= COLD_LAG and not self._renting)
 
@@ -350,7 +351,7 @@ class AutoPolicy:
         if (self.draft is None or self.state.draft_costs is None or self.draft.blind):
             return out, None
         costs = self.state.draft_costs
-        gap = max(1, len(context) - len(self.draft.model.tokens))
+        gap = max(1, self.draft.lag(context) + 1)
         cold = gap > COLD_LAG or self._renting
         catch_up = costs.cost(1 if cold else gap)  # a paid-for catch-up is spent already
         trimmed = catch_up + max(self.state.trim_steps - 1.0, 0.0) * costs.cost(1)

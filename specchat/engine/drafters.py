@@ -151,6 +151,10 @@ class DraftModelDrafter:
         else:
             self._known = None
 
+    def lag(self, context: Sequence[int]) -> int:
+        """How many of the context's tokens (before its last) the cache lacks."""
+        return len(context) - 1 - common_prefix(self.model.tokens, context[:-1])
+
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
         # The cache will end at len(context) + k - 1 (the last draft is never evaluated).
         k = min(k, self.model.n_ctx - len(context) + 1)

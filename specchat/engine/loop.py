@@ -53,6 +53,7 @@ from specchat.engine.sampling import biased, greedy_token, probs, recent_window
 from specchat.engine.stats import Stats, StatsBuilder
 from specchat.engine.suffix import SuffixIndex
 from specchat.engine.text import TextStream
+from specchat.engine.textdraft import TextDrafter, TextVocabs
 from specchat.engine.threads import ThreadGovernor
 from specchat.engine.tree import TreeDraft, accept_tree
 
@@ -81,6 +82,9 @@ class Hooks:
     history: SuffixIndex | None = None
     # A grammar the answer must follow, fresh for this answer (None: free text)
     constraint: Constraint | None = None
+    # The draft speaks another vocabulary: it drafts text, re-tokenized for the target
+    # (engine/textdraft.py). None: the draft shares the target's vocabulary.
+    vocabs: TextVocabs | None = None
 
 
 def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOptions, *,
@@ -93,7 +97,8 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
     more than the padding engine/padding.py can bridge.
     """
     tokens = _checked(prompt)
-    policy = make_policy(options, target, draft, hooks.auto, hooks.constraint, hooks.history)
+    policy = make_policy(options, target, draft, hooks.auto, hooks.constraint, hooks.history,
+                         hooks.vocabs)
     return generate_with(target, tokens, options, policy, hooks)
 
 
@@ -128,18 +133,24 @@ def make_drafter(options: GenerationOptions, target: LogitsModel,
 
 def make_policy(options: GenerationOptions, target: LogitsModel, draft: LogitsModel | None,
                 auto: AutoState | None, constraint: Constraint | None = None,
-                history: SuffixIndex | None = None) -> DraftPolicy:
+                history: SuffixIndex | None = None,
+                vocabs: TextVocabs | None = None) -> DraftPolicy:
     """Plain decoding for `off`; `draft` and `ngram` adapt k up to draft_max (a fixed long
     draft loses badly on CPUs whenever the text stops being predictable, docs/costs.md);
     `auto` chooses per step with measured costs. Under a grammar, the draft model masks its
-    rows with it and drafts go through GuidedPolicy (engine/constraint.py)."""
-    drafter = make_drafter(options, target, draft)
+    rows with it and drafts go through GuidedPolicy (engine/constraint.py). A draft of
+    another vocabulary (`vocabs`) drafts text (TextDrafter), under a grammar unmasked."""
+    text = None if vocabs is None or draft is None or not options.spec.uses_draft_model \
+        else TextDrafter(draft, vocabs)
+    drafter: Drafter | None = text
+    if text is None or options.spec is not Spec.DRAFT or options.draft_max == 0:
+        drafter = make_drafter(options, target, draft if text is None else None)
     if drafter is None:
         return Plain()
     policy: DraftPolicy
     if options.spec is Spec.AUTO and isinstance(drafter, PromptLookupDrafter):
-        model_drafter = (DraftModelDrafter(draft, options.sampling, target.n_vocab, constraint)
-                         if draft is not None else None)
+        model_drafter = text or (DraftModelDrafter(draft, options.sampling, target.n_vocab,
+                                                   constraint) if draft is not None else None)
         state = auto or AutoState()
         # A tree is verified without a grammar's masks or per-row logprobs: chains then.
         branches = 1 if constraint is not None or options.logprobs is not None else \

@@ -83,9 +83,17 @@ def read_metadata(model: Any) -> dict[str, str]:
             for i in range(llama_cpp.llama_model_meta_count(model))}
 
 
+CONTROL_ATTR = 8  # enum llama_token_attr: LLAMA_TOKEN_ATTR_CONTROL
+
+
 def eog_tokens(vocab: Any) -> frozenset[int]:
     is_eog = llama_cpp.llama_vocab_is_eog
     return frozenset(t for t in range(llama_cpp.llama_vocab_n_tokens(vocab)) if is_eog(vocab, t))
+
+
+def is_control_token(vocab: Any, token: int) -> bool:
+    """Whether llama.cpp marks the token a control token (LLAMA_TOKEN_ATTR_CONTROL)."""
+    return bool(int(llama_cpp.llama_vocab_get_attr(vocab, token)) & CONTROL_ATTR)
 
 
 def model_vocab_info(model: Any, name: str, metadata: dict[str, str],
