@@ -44,17 +44,25 @@ def builtin_text(name: str = BUILTIN_NAME) -> str:
     return resources.files("specchat.bench").joinpath(name).read_text(encoding="utf-8")
 
 
+def read_input(path: Path, kind: str, *, flag: str = "", missing: str = "") -> str:
+    """A bench input file's text, read with a bound; a missing or unreadable one is one
+    usage line naming the file (and its `flag`) and what `kind` of file it should be."""
+    label = f"{flag} " if flag else ""
+    try:
+        return storage.read_text(path, FILE_LIMIT)
+    except FileNotFoundError:
+        hint = f"give {kind}, {missing}" if missing else kind
+        raise UsageError(f"{label}{path}: no such file ({hint})") from None
+    except storage.StorageError as exc:
+        raise UsageError(f"{flag + ': ' if flag else ''}{exc}; give {kind}") from None
+
+
 def load_prompts(path: Path | None, builtin: str = BUILTIN_NAME) -> list[BenchPrompt]:
     """Prompts of a JSONL file, or of the built-in set `builtin` when `path` is None."""
     if path is None:
         return parse_jsonl(builtin_text(builtin), source=f"<built-in {builtin}>")
-    try:
-        text = storage.read_text(path, FILE_LIMIT)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file (give a Spec-Bench style .jsonl file, or none "
-                         "for the built-in set)") from None
-    except storage.StorageError as exc:
-        raise UsageError(f"{exc}; give a Spec-Bench style .jsonl file") from None
+    text = read_input(path, "a Spec-Bench style .jsonl file",
+                      missing="or none for the built-in set")
     prompts = parse_jsonl(text, source=str(path))
     if not prompts:
         raise UsageError(f"{path}: no prompts in it")

@@ -27,12 +27,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specchat import storage
+from specchat.bench.prompts import read_input
 from specchat.errors import UsageError
 from specchat.llm.shapes import ShapeError, schema_text, toolset_of
 
 BUILTIN_SESSIONS = "default_sessions.jsonl"
-FILE_LIMIT = 64 << 20  # a session file's bytes at most
 
 
 @dataclass
@@ -57,13 +56,8 @@ def load_sessions(path: Path | None) -> list[Session]:
         text = resources.files("specchat.bench").joinpath(BUILTIN_SESSIONS).read_text(
             encoding="utf-8")
         return parse_sessions(text, f"<built-in {BUILTIN_SESSIONS}>")
-    try:
-        text = storage.read_text(path, FILE_LIMIT)
-    except FileNotFoundError:
-        raise UsageError(f"--sessions {path}: no such file (JSON Lines, one session or one "
-                         "request per line)") from None
-    except storage.StorageError as exc:
-        raise UsageError(f"--sessions: {exc}; give a JSON Lines file") from None
+    text = read_input(path, "a JSON Lines file, one session or one request per line",
+                      flag="--sessions")
     sessions = parse_sessions(text, str(path))
     if not sessions:
         raise UsageError(f"--sessions {path}: no sessions in it")
