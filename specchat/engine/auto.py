@@ -396,9 +396,10 @@ class AutoPolicy:
                       optimism=OPTIMISM if tried < EXPLORE_TRIALS else 0.0)
         if best.drafter is None or best.expected_speedup <= choice.expected_speedup:
             return 0.0
-        seconds = (self.state.target_costs.cost(best.k + 1) + warm.draft_seconds(best.k)
-                   + self.state.overhead)
-        return seconds * (best.expected_speedup / choice.expected_speedup - 1.0)
+        # What this step's tokens would have cost at the warm rate: a rented step makes the
+        # choice's tokens (one, for a plain step), not a warm draft step's several.
+        seconds = self.state.target_costs.cost(choice.k + 1) + self.state.overhead
+        return seconds * (1.0 - choice.expected_speedup / best.expected_speedup)
 
     def _match_length(self, n: int, start: int) -> int:
         """How long the suffix match really is (the index only keys up to a few tokens)."""

@@ -45,6 +45,8 @@ def confidence_bucket(p: float) -> int:
     return len(CONFIDENCE_EDGES)
 
 
+TRUST = 0.5  # how far CatchUp trusts its pay-back prediction (learning-augmented ski rental)
+
 Rate = Callable[[float], float]  # P(accepted | the draft's confidence), all before accepted
 
 
@@ -120,4 +122,8 @@ class CatchUp:
         return self.missed / max(self.steps, 1) * steps_left >= catch_up_seconds
 
     def paid(self, catch_up_seconds: float) -> bool:
-        return self.missed >= catch_up_seconds
+        """Whether enough rent is paid to buy, given that `pays_back` already predicts the
+        catch-up will be won back: then half the price is enough (ski rental with a
+        prediction trusted at TRUST: a wrong prediction costs at most 1 + 1/TRUST times the
+        best, a right one 1 + TRUST)."""
+        return self.missed >= TRUST * catch_up_seconds
