@@ -75,7 +75,7 @@ MAX_MATCH_EXTENSION = 32  # how far back a match is followed to measure its real
 MAX_SHADOWS = 64  # undrafted lookups waiting for the target's tokens to score them
 # A draft model's cache lagging more than this is cold: it catches up only once the answer
 # has shown that it pays (draftlength.CatchUp); less is caught up in its next step, unless
-# even that is dear and not expected to pay back (AutoPolicy._rent_first).
+# even that costs more than a target step (AutoPolicy._rent_first).
 COLD_LAG = 64
 EXPLORE_TRIALS = 10  # draft-model steps before its rent is reckoned without optimism
 # How often a draft-model step keeps at least one token after its trim (draftlength.py), before
@@ -366,25 +366,13 @@ class AutoPolicy:
 
     def _rent_first(self, lag: int) -> bool:
         """Whether a short prompt's catch-up (`lag` tokens) is rented for first, as a long
-        one's always is (ski rental). Where a draft model's prefill is dear (a steep batch
-        curve), even a short prompt costs it several target steps, more than an answer that
-        never drafts with it wins back; it is bought at once only where what it is expected
-        to save over an answer of the usual length, at the acceptance learnt so far, pays for
-        it."""
-        costs, state = self.state.draft_costs, self.state
-        if costs is None or lag <= 1 or costs.cost(lag) <= state.target_costs.cost(1):
-            return False
-        step = costs.cost(1)
-        warm = Candidate("draft", ("draft", self._last["draft"]), self.k_max,
-                         lambda kk: kk * step, miss=1.0 - state.draft_kept.rate(1),
-                         miss_seconds=state.trim_steps * step)
-        best = choose(state.target_costs, [warm], state.model, overhead=state.overhead,
-                      optimism=0.0)
-        if best.drafter is None:
-            return True
-        plain = state.target_costs.cost(1) + state.overhead
-        saving = plain * (1.0 - 1.0 / best.expected_speedup) * state.answer_tokens
-        return saving < costs.cost(lag)
+        one's always is (ski rental): wherever it costs more than a target step. An estimate
+        of what the draft model will save is made before a token of this answer is seen, at
+        acceptance learnt on other text; the rent (CatchUp) prices it on this answer's own
+        steps and buys once it pays."""
+        costs = self.state.draft_costs
+        return (costs is not None and lag > 1
+                and costs.cost(lag) > self.state.target_costs.cost(1))
 
     def _saving(self, warm: Candidate, choice: Choice) -> float:
         """Seconds a warm draft model would have saved this step over `choice`."""
@@ -396,9 +384,10 @@ class AutoPolicy:
                       optimism=OPTIMISM if tried < EXPLORE_TRIALS else 0.0)
         if best.drafter is None or best.expected_speedup <= choice.expected_speedup:
             return 0.0
-        seconds = (self.state.target_costs.cost(best.k + 1) + warm.draft_seconds(best.k)
-                   + self.state.overhead)
-        return seconds * (best.expected_speedup / choice.expected_speedup - 1.0)
+        # What this step's tokens would have cost at the warm rate: a rented step makes the
+        # choice's tokens (one, for a plain step), not a warm draft step's several.
+        seconds = self.state.target_costs.cost(choice.k + 1) + self.state.overhead
+        return seconds * (1.0 - choice.expected_speedup / best.expected_speedup)
 
     def _match_length(self, n: int, start: int) -> int:
         """How long the suffix match really is (the index only keys up to a few tokens)."""

@@ -4,11 +4,12 @@ token by token, from the draft's own confidence.
 **When to fill it.** A draft model whose cache lags the whole prompt (a new document, a first
 question) must first read it: on a GPU a 700-token prompt costs a 0.5B model 5 to 13 target
 steps, more than a short answer gains from it (priced replays of Spec-Bench's rag prompts,
-docs/gpu.md). So the draft model starts cold, and `CatchUp` rents: every step it would have
-paid, the time it would have saved is counted, and once that reaches what catching up costs,
-it catches up and drafts (ski rental: never more than twice the better of "fill it at once"
-and "never use it"). One whose cache already holds most of the context (the conversation so
-far) is brought up to date at once.
+docs/gpu.md). So the draft model starts cold, and `CatchUp` rents: every step it sits out,
+what that step's tokens would have saved is counted, and once that reaches half of what
+catching up costs, and what is left of the answer is expected to win the catch-up back, it
+catches up and drafts (ski rental with a prediction). One whose cache already holds most of
+the context (the conversation so far) is brought up to date at once, where that costs no
+more than a target step.
 
 **How far to draft.**
 The draft model says how sure it is of every token it drafts (its probability of it), and that
@@ -44,6 +45,8 @@ def confidence_bucket(p: float) -> int:
             return bucket
     return len(CONFIDENCE_EDGES)
 
+
+TRUST = 0.5  # how far CatchUp trusts its pay-back prediction (learning-augmented ski rental)
 
 Rate = Callable[[float], float]  # P(accepted | the draft's confidence), all before accepted
 
@@ -120,4 +123,8 @@ class CatchUp:
         return self.missed / max(self.steps, 1) * steps_left >= catch_up_seconds
 
     def paid(self, catch_up_seconds: float) -> bool:
-        return self.missed >= catch_up_seconds
+        """Whether enough rent is paid to buy, given that `pays_back` already predicts the
+        catch-up will be won back: then half the price is enough (ski rental with a
+        prediction trusted at TRUST: where the prediction holds, at most 1 + TRUST times
+        the better of buying at once and never buying)."""
+        return self.missed >= TRUST * catch_up_seconds
