@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from specchat.engine import loop
-from specchat.engine.auto import AutoState
+from specchat.engine.auto import AutoPolicy, AutoState
 from specchat.engine.cost import CostTable
 from specchat.engine.events import Finished
 from specchat.engine.loop import Hooks
@@ -276,3 +276,60 @@ def test_only_a_draft_asked_for_by_name_may_speak_another_vocabulary() -> None:
     assert _text_vocabs(named, target, other) is not None  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="cannot draft for target t.gguf: tokenizer type"):
         _text_vocabs(preset, target, other)  # type: ignore[arg-type]
+
+
+# --- what a text draft costs -------------------------------------------------------------
+
+def _counting(model: FakeModel) -> list[int]:
+    """Counts the model's eval calls into the returned one-item list."""
+    calls = [0]
+    real = model.eval
+
+    def counted(tokens: Sequence[int], rows: Sequence[int]) -> np.ndarray:
+        calls[0] += 1
+        return real(tokens, rows)
+
+    model.eval = counted  # type: ignore[method-assign]
+    return calls
+
+
+def test_a_text_draft_reports_the_evals_its_proposal_cost() -> None:
+    target, draft, tv, dv = pair()
+    drafter = TextDrafter(draft, TextVocabs(tv, dv))
+    drafter.prepare(PROMPT)
+    calls = _counting(draft)
+    d = drafter.propose(PROMPT, 4, np.random.default_rng(0))
+    assert drafter.evals == calls[0] > len(d.tokens) > 0  # it writes past what it proposes
+
+
+def _policy(drafter: TextDrafter | None, draft: FakeModel, state: AutoState) -> AutoPolicy:
+    from specchat.engine.drafters import DraftModelDrafter, PromptLookupDrafter
+
+    model = drafter or DraftModelDrafter(draft, PLAIN, draft.n_vocab)
+    policy = AutoPolicy(state, PromptLookupDrafter(2, 5), model, 8)
+    policy.prepare(PROMPT)
+    return policy
+
+
+def test_auto_prices_a_proposed_text_token_at_its_measured_draft_evals() -> None:
+    target, draft, tv, dv = pair()
+    state = cheap_draft_state()
+    state.text_evals_per_token = 2.0
+    step = state.draft_costs.cost(1) if state.draft_costs else 0.0
+    text = _policy(TextDrafter(draft, TextVocabs(tv, dv)), draft, state)
+    same = _policy(None, draft, cheap_draft_state())
+    (priced,), _ = text._candidates(PROMPT, 4, [], 0)
+    (plain,), _ = same._candidates(PROMPT, 4, [], 0)
+    assert priced.draft_seconds(4) == pytest.approx(8 * step)  # catch-up eval + 7 more
+    assert plain.draft_seconds(4) == pytest.approx(4 * step)  # one eval per token
+
+
+def test_auto_learns_a_text_drafts_evals_per_proposed_token() -> None:
+    target, draft, tv, dv = pair()
+    state = cheap_draft_state()
+    state.text_evals_per_token = 1.0
+    calls = _counting(draft)
+    *_, fin = loop.generate(target, PROMPT, opts(GREEDY, "auto", n=40), draft=draft,
+                            hooks=Hooks(auto=state, vocabs=TextVocabs(tv, dv)))
+    assert isinstance(fin, Finished) and state.decisions["draft"] > 0 and calls[0] > 0
+    assert state.text_evals_per_token > 1.1  # each proposal took more evals than tokens

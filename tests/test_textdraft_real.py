@@ -8,6 +8,7 @@ batched and single-token arithmetic differ); the acceptance is measured and prin
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from specchat.engine.textdraft import TextVocabs
 from specchat.llm import compatibility_problems, load_model
 from specchat.llm.model import LlamaModel
 from specchat.llm.textvocab import LlamaTextVocab
+from tests.clirun import FakeStdin, run_cli
 from tests.test_engine_real import PROMPTS, assert_near_tie, first_divergence, prompt_of
 
 pytestmark = pytest.mark.real
@@ -69,3 +71,25 @@ def test_greedy_answers_equal_plain_decoding_across_vocabularies(
           f"{generated / steps:.2f} tokens per step, {differ} near-tie divergences")
     assert differ <= N_PROMPTS // 2  # each one checked a near tie above
     assert drafted > 0 and accepted > drafted / 5  # the text is often the target's own
+
+
+def test_ask_json_and_doctor_say_the_draft_drafts_text(
+        real_model_path: Callable[[str], Path], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    gemma, smol = str(real_model_path("gemma3-270m")), str(real_model_path("smollm2-135m"))
+    monkeypatch.setattr("sys.stdin", FakeStdin(b"", tty=True))
+    args = ["ask", "Say hi", "-n", "4", "-t", "0", "--spec", "draft", "--json"]
+    code, out, err = run_cli([*args, "-m", gemma, "-d", smol], capsys)
+    assert code == 0, err
+    assert json.loads(out)["draft_drafts_text"] is True
+    code, out, err = run_cli([*args, "-m", smol, "-d", smol], capsys)
+    assert code == 0, err
+    assert json.loads(out)["draft_drafts_text"] is False
+
+    monkeypatch.setenv("SPECCHAT_MODEL", gemma)
+    monkeypatch.setenv("SPECCHAT_DRAFT", smol)
+    line = json.loads(run_cli(["doctor", "--json"], capsys)[1])["draft model"]
+    assert "another vocabulary than the target's: it drafts text" in line
+    monkeypatch.setenv("SPECCHAT_MODEL", smol)
+    line = json.loads(run_cli(["doctor", "--json"], capsys)[1])["draft model"]
+    assert "drafts text" not in line

@@ -37,6 +37,8 @@ class RuntimeInfo:
     draft_name: str | None = None
     draft_path: str | None = None
     draft_found: bool = False  # the draft was found on this machine, not named (pairing.py)
+    # The draft has another vocabulary than the target's: it drafts text (engine/textdraft.py)
+    draft_text: bool = False
     template_note: str = ""
     template_is_fallback: bool = False
     notes: list[str] = field(default_factory=list)

@@ -91,6 +91,7 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
     if template.is_fallback and not settings.quiet:
         note(f"specchat: note: {template.note}")
     if vocabs is not None:
+        info.draft_text = True
         info.notes.append(f"{draft_name} has another vocabulary than {target_name}: it "
                           "drafts text, re-tokenized for the target")
     runtime = Runtime(

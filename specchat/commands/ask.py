@@ -204,6 +204,7 @@ def answer_json(backend: Backend, finished: Finished) -> dict[str, object]:
         "model": backend.info.target_name,
         "draft": backend.info.draft_name,
         "draft_found": backend.info.draft_found,
+        "draft_drafts_text": backend.info.draft_text,  # another vocabulary than the model's
         "stats": finished.stats.to_dict(),
         "auto": backend.explain(finished.stats),
     }

@@ -106,8 +106,29 @@ def _draft_line() -> str:
         return f"none for {target} (--draft none, or --spec {settings.spec.value})"
     named = wants_draft(settings)
     if named is not None:
-        return f"{named} for {target} (named by -d or the preset)"
+        return f"{named} for {target} (named by -d or the preset){_text_note(target, named)}"
     found = found_draft(settings, resolve_model(target, pull=False, quiet=True))
     if found is None:
         return f"none found on this machine for {target} (-d MODEL names one)"
     return f"{found.name} for {target}, found on this machine (--draft none turns it off)"
+
+
+def _text_note(target: str, draft: str) -> str:
+    """What the draft line adds when the named draft has another vocabulary than the target
+    (read from both files' headers, no weights): it then drafts text. "" when they share
+    one, or a file is not here to read."""
+    from specchat.errors import SpecchatError
+    from specchat.models import resolve_model
+
+    headers = Headers()
+    try:
+        a, b = (headers.summary(resolve_model(name, pull=False, quiet=True))
+                for name in (target, draft))
+    except (SpecchatError, OSError):
+        return ""
+    finally:
+        headers.save()
+    if a is None or b is None or prints_compatible(a.vocab, b.vocab):
+        return ""
+    return ("; another vocabulary than the target's: it drafts text, re-tokenized for the "
+            "target (exact, slower than a draft of the same vocabulary)")

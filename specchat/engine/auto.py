@@ -83,6 +83,11 @@ EXPLORE_TRIALS = 10  # draft-model steps before its rent is reckoned without opt
 KEPT_PRIOR = 0.95
 TRIM_STEPS_WEIGHT = 0.2
 ANSWER_WEIGHT = 0.3  # how much one answer's length moves the expected length of the next
+# Draft evals per proposed token of a draft of another vocabulary (textdraft.py), before any
+# was measured: it writes a token or so past each proposal (docs/drafting.md section 6: 76
+# evals for 55 proposed tokens); how fast the measured ratio is followed, per proposed token.
+TEXT_EVALS_PRIOR = 1.4
+TEXT_EVALS_WEIGHT = 0.05
 
 
 @dataclass
@@ -99,6 +104,8 @@ class AutoState:
     # that kept none took (a catch-up aside): cost.Candidate.miss.
     draft_kept: AcceptanceModel = field(default_factory=lambda: AcceptanceModel(KEPT_PRIOR))
     trim_steps: float = 1.0
+    # A text draft's evals per target token it proposes (same-vocabulary drafts: one each).
+    text_evals_per_token: float = TEXT_EVALS_PRIOR
     # Tokens an answer is expected to have (learnt across answers), and the one under way's.
     answer_tokens: float = 64.0
     tokens_this_answer: int = 0
@@ -324,7 +331,8 @@ class AutoPolicy:
         """Draft with the draft model as far as its confidence says pays (draftlength.py),
         at least as far as the choice's k would, then keep the tokens worth verifying."""
         assert self.draft is not None and self.state.draft_costs is not None
-        target, step = self.state.target_costs, self.state.draft_costs.cost(1)
+        target = self.state.target_costs
+        step = self.state.draft_costs.cost(1) * self._evals_per_token()
         k = max(choice.k, longest_useful(target.cost, step, limit))
         rule = DraftLength(lambda p: self.state.model((CONFIDENCE, confidence_bucket(p))).rate(1),
                            step, target.cost,
@@ -335,9 +343,23 @@ class AutoPolicy:
         finally:
             self.draft.stop = None
         self._draft_steps = len(draft.tokens)
+        if isinstance(self.draft, TextDrafter):
+            self._draft_steps = self.draft.evals
+            self._learn_evals(self.draft.evals, len(draft.tokens))
         kept = rule.keep(self.draft.confidence[: len(draft.tokens)])
         self._confidence = self.draft.confidence[:kept]
         return draft.cut(kept)
+
+    def _evals_per_token(self) -> float:
+        """Draft evals a proposed token costs: more than one for a draft that writes text."""
+        return self.state.text_evals_per_token if isinstance(self.draft, TextDrafter) else 1.0
+
+    def _learn_evals(self, evals: int, proposed: int) -> None:
+        """Follow a text draft's measured evals per proposed token, weighed by its tokens."""
+        if proposed:
+            state = self.state
+            weight = min(1.0, TEXT_EVALS_WEIGHT * proposed)
+            state.text_evals_per_token += weight * (evals / proposed - state.text_evals_per_token)
 
     # --- choosing ----------------------------------------------------------------------------
     def _candidates(self, context: Sequence[int], k: int, avail: Sequence[int],
@@ -355,8 +377,9 @@ class AutoPolicy:
         cold = gap > COLD_LAG or self._renting
         catch_up = costs.cost(1 if cold else gap)  # a paid-for catch-up is spent already
         trimmed = catch_up + max(self.state.trim_steps - 1.0, 0.0) * costs.cost(1)
+        evals = self._evals_per_token()  # the first eval is the catch-up's
         draft = Candidate("draft", ("draft", self._last["draft"]), k,
-                          lambda kk: catch_up + (kk - 1) * costs.cost(1),
+                          lambda kk: catch_up + (kk * evals - 1.0) * costs.cost(1),
                           miss=1.0 - self.state.draft_kept.rate(1), miss_seconds=trimmed)
         price = costs.cost(gap) - costs.cost(1)
         left = max(self.state.answer_tokens - self.state.tokens_this_answer, 0.0)

@@ -218,6 +218,9 @@ class TextDrafter:
         # the draft tokens that wrote it.
         self.stop: Callable[[int, float], bool] | None = None
         self.confidence: list[float] = []
+        # The draft's evals in the last propose: it writes past what it proposes (the last
+        # target token waits for more text), so a proposed token costs more than one eval.
+        self.evals = 0
         self._asked = self._cut = 0  # how many tokens stop() heard about; where it cut
 
     def prepare(self, context: Sequence[int], fill: bool = True) -> None:
@@ -235,6 +238,7 @@ class TextDrafter:
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
         self.confidence = []
+        self.evals = 0
         if k <= 0 or not context or self.blind:
             return EMPTY_DRAFT
         mine = self.mirror.update(context)
@@ -253,6 +257,7 @@ class TextDrafter:
         keep = min(common_prefix(model.tokens, mine), len(mine) - 1)
         model.truncate(keep)
         logits = model.eval(mine[keep:], [-1])[0]
+        self.evals = 1
         anchor = self._anchor(context)
         # The draft read the context without its incomplete last character (Mirror): its
         # text must write those bytes again, and they are not proposed twice.
@@ -280,6 +285,7 @@ class TextDrafter:
                 break
             if n + 1 < budget:
                 logits = model.eval([token], [-1])[0]
+                self.evals += 1
         n = min(len(found), self._cut)
         self.confidence = self.confidence[:n]
         return Draft(tuple(int(t) for t in found[:n]), None, DRAFT_MODEL) if n else \
