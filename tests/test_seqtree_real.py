@@ -49,15 +49,19 @@ def prompt_and_tree(m: LlamaModel) -> tuple[list[int], list[int]]:
 
 
 def batch_noise(m: LlamaModel, prompt: list[int], tree: list[int]) -> float:
-    """How far a row moves when the same tokens go in a batch of the tree's size instead
-    of alone: llama.cpp's kernels for K-quants differ by batch size (0 for some files)."""
+    """How far a row moves when the same tokens go in one batch of the tree's size instead
+    of one at a time, over every row of it: llama.cpp's kernels for K-quants differ by batch
+    size and by a row's place in the batch (blocks of 4 rows through a GEMM, the rest through
+    the one-row GEMV), and how much depends on the file and on the CPU's instruction set
+    (0 for some; on an AVX2-only CPU Gemma 3's later rows move more than its first)."""
+    chain = [prompt[-1], *tree[1:]]
     m.truncate(0)
     m.eval(prompt[:-1], [-1])
-    batched = m.eval([prompt[-1], *tree[1:]], [0])[0]
+    batched = m.eval(chain, list(range(len(chain))))
     m.truncate(len(prompt) - 1)
-    alone = m.eval([prompt[-1]], [0])[0]
+    alone = [m.eval([token], [0])[0] for token in chain]
     m.truncate(0)
-    return float(np.abs(batched - alone).max())
+    return max(float(np.abs(b - a).max()) for b, a in zip(batched, alone, strict=True))
 
 
 def test_every_tree_row_equals_its_path_evaluated_alone(model: LlamaModel,
