@@ -32,8 +32,9 @@ def server() -> Iterator[TestClient]:
     while worker.state != READY:
         assert worker.state == "loading"
         worker._thread.join(0.01)
+    # Strict about model names, so a server's 404 can be seen relayed as one line.
     app = create_app(worker, ServeConfig(model="fake", defaults=dict(DEFAULTS, spec="off"),
-                                         api_key="k"))
+                                         api_key="k", strict_model=True))
     yield TestClient(app, base_url="http://localhost")  # a Host the server accepts
     worker.stop()
 
