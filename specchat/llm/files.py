@@ -7,6 +7,8 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +29,26 @@ from specchat.llm.lib import (
 from specchat.llm.vocab import VocabInfo, vocab_print
 
 
+@contextmanager
+def _vocab_only(path: Path, failure: str) -> Iterator[Any]:
+    """A GGUF file opened for its metadata and vocabulary only (no weights), freed after."""
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = open_model(path, params, failure)
+    try:
+        yield model
+    finally:
+        llama_cpp.llama_model_free(model)
+
+
 def read_model_shape(path: Path | str) -> ModelShape:
     """Layer count, trained context and KV widths from the metadata, no weights loaded; the
     file size counts every part of a split file (for gpufit)."""
     path = Path(path)
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    model = open_model(path, params, f"llama.cpp could not read {path}")
-    try:
+    with _vocab_only(path, f"llama.cpp could not read {path}") as model:
         # Metadata only: with vocab_only, llama.cpp's per-layer getters abort (no layers).
         meta = read_metadata(model)
         n_vocab = int(llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model)))
-    finally:
-        llama_cpp.llama_model_free(model)
     return shape_from_metadata(path.name, meta, n_vocab,
                                sum(p.stat().st_size for p in gguf_parts(path)))
 
@@ -57,27 +66,17 @@ def read_vocab_info(path: Path | str) -> VocabInfo:
     """The vocabulary of a GGUF file without its weights (vocab_only: ~0.2 s for 150k ids),
     to tell which models can draft for which without loading them."""
     path = Path(path)
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    model = open_model(path, params, f"llama.cpp could not read the vocabulary of {path}")
-    try:
+    with _vocab_only(path, f"llama.cpp could not read the vocabulary of {path}") as model:
         return model_vocab_info(model, path.name, read_metadata(model))
-    finally:
-        llama_cpp.llama_model_free(model)
 
 
 def read_summary(path: Path | str) -> GgufSummary:
     """Architecture, quantization and vocabulary print of a GGUF file, no weights loaded
     (one vocab_only open, ~0.3 s for 150k ids: models/headers.py keeps what it read)."""
     path = Path(path)
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    model = open_model(path, params, f"llama.cpp could not read the header of {path}")
-    try:
+    with _vocab_only(path, f"llama.cpp could not read the header of {path}") as model:
         meta = read_metadata(model)
         info = model_vocab_info(model, path.name, meta)
-    finally:
-        llama_cpp.llama_model_free(model)
     return GgufSummary(arch=meta.get("general.architecture", "?"),
                        quant=ftype_name(meta.get("general.file_type", "")),
                        vocab=vocab_print(info))
