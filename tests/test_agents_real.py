@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.agent_clients import WEATHER_SAYS, Report
-from tests.test_serve_real import KEY, ROOT, Served, start_server, stop
+from tests.test_serve_real import KEY, ROOT, Served, serve_preset
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -27,12 +27,7 @@ QWEN = "qwen2.5-coder-0.5b"
 @pytest.fixture(scope="module")
 def qwen_served(real_model_path: Callable[[str], Path],
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    # The last -m wins: the shared helper names SmolLM2 first.
-    server = start_server(tmp_path_factory.mktemp("serve-agents"), real_model_path(QWEN),
-                          "-m", QWEN, "--api-key", KEY)
-    yield server
-    stop(server)
-    assert "Traceback" not in server.log_text()
+    yield from serve_preset(tmp_path_factory.mktemp("serve-agents"), real_model_path(QWEN), QWEN)
 
 
 def run_client(served: Served, framework: str) -> dict[str, Any]:

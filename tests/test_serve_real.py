@@ -82,6 +82,15 @@ def stop(served: Served, sig: int = signal.SIGTERM) -> int:
     return stop_process(served.proc, sig)
 
 
+def serve_preset(home: Path, path: Path, name: str) -> Iterator[Served]:
+    """A server of the preset `name` (cached at `path`) for a module's tests; no traceback
+    may reach its log. The last -m wins: start_server names SmolLM2 first."""
+    server = start_server(home, path, "-m", name, "--api-key", KEY)
+    yield server
+    stop(server)
+    assert "Traceback" not in server.log_text()
+
+
 @pytest.fixture(scope="module")
 def smol(real_model_path: Callable[[str], Path]) -> Path:
     return real_model_path(MODEL)

@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests.test_serve_real import KEY, Served, start_server, stop
+from tests.test_serve_real import KEY, Served, serve_preset
 
 openai = pytest.importorskip("openai")
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -71,12 +71,7 @@ ASK_WEATHER = [{"role": "user", "content": "What is the weather in Paris right n
 @pytest.fixture(scope="module")
 def qwen_served(real_model_path: Callable[[str], Path],
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    # The last -m wins: the shared helper names SmolLM2 first.
-    server = start_server(tmp_path_factory.mktemp("serve-qwen"), real_model_path(QWEN),
-                          "-m", QWEN, "--api-key", KEY)
-    yield server
-    stop(server)
-    assert "Traceback" not in server.log_text()
+    yield from serve_preset(tmp_path_factory.mktemp("serve-qwen"), real_model_path(QWEN), QWEN)
 
 
 def check_calls(message: Any) -> list[tuple[str, dict[str, Any]]]:
