@@ -51,7 +51,7 @@ def test_a_device_or_a_fifo_is_refused_in_one_line(tmp_path: Path, kind: str,
 
 def test_a_schema_file_past_the_limit_is_refused_in_the_chat_too(tmp_path: Path) -> None:
     from specchat.chat import commands
-    from tests import chat_fakes as f
+    from tests.support import chat_fakes as f
 
     big = tmp_path / "big.json"
     with big.open("wb") as out:
