@@ -19,7 +19,7 @@ grammar's own forced tokens) the cut is a function of the context too, so nothin
 model never proposes a forbidden token, since its q is masked. Masking only p would not do:
 the draft would propose forbidden tokens with q's unmasked weight, the cut would turn those
 steps into plain ones, and the emitted distribution would lean towards plain sampling
-(tests/test_constraint_exact.py shows it fail).
+(tests/engine/test_constraint_exact.py shows it fail).
 """
 
 from __future__ import annotations

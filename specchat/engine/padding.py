@@ -21,7 +21,7 @@ r = max(0, p - q) / sum(max(0, p - q)), so
 A target-only id has q = 0, so it is never proposed, and r gives it all of p(x): it is
 reached through rejections exactly as often as the target wants it. A draft-only id can never
 be proposed: it was cut before sampling. Two mistakes break this and are tested against
-(tests/test_padding.py): warping the draft's full row and cutting afterwards (q then
+(tests/engine/test_padding.py): warping the draft's full row and cutting afterwards (q then
 sums to less than 1, the sampler silently renormalizes, and the q handed to the rejection
 rule understates what was really proposed, so drafts are accepted too often); and cutting the
 target's rows to the draft's size (the target-only ids could then never be emitted).

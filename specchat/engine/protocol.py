@@ -1,7 +1,7 @@
 """The small interface the engine needs from a model.
 
 specchat/llm/model.py implements it on llama.cpp; tests implement it with exact numpy
-distributions (tests/fakes.py). Everything the engine knows about a model goes through here.
+distributions (tests/support/fakes.py). Everything the engine knows about a model goes through here.
 """
 
 from __future__ import annotations
