@@ -1,4 +1,4 @@
-"""`--endpoint` against broken and hostile servers (tests/fakeendpoint.py), through the real
+"""`--endpoint` against broken and hostile servers (tests/support/fakeendpoint.py), through the real
 CLI: each fault is one line on stderr and exit 1 (a bad URL: exit 2), never a success, a
 traceback, unbounded memory or a hang."""
 

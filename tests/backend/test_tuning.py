@@ -7,7 +7,7 @@ and noise may change.
 - Flash attention is never measured at a start: llama.cpp's default, unless `bench
   --calibrate` confirmed a large difference on a quiet machine, or --flash-attn pins it.
 
-Fake models with exact clocks here; tests/test_first_start_real.py runs the real CLI.
+Fake models with exact clocks here; tests/commands/test_first_start_real.py runs the real CLI.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`specchat chat` and `specchat history` through the CLI, on the fake chat model.
 
 In-process runs patch open_runtime; the kill -9 and terminal tests run the real CLI in a
-separate process through tests/chat_fake_cli.py (same CLI, fake model loaded).
+separate process through tests/support/chat_fake_cli.py (same CLI, fake model loaded).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Padded vocabularies on real GGUF files: compatible up to 128 ids, greedy and sampled exact.
 
-The padded models are copies of SmolLM2-135M with unused ids appended (tests/gguf_pad.py),
+The padded models are copies of SmolLM2-135M with unused ids appended (tests/support/gguf_pad.py),
 written once per session under pytest's temporary directory. A Q2_K requantization of each
 is the draft that disagrees (test_engine_real.py uses the same pairing unpadded), so both
 directions see real rejections:

@@ -1,6 +1,6 @@
 """A draft of another vocabulary drafts text, and the answers stay exactly the target's.
 
-The fakes (tests/faketext.py) write one character model's text in two vocabularies that
+The fakes (tests/support/faketext.py) write one character model's text in two vocabularies that
 split it differently. Greedy answers must equal plain decoding's token for token; sampled
 ones must have the target's distribution: the check of test_acceptance_exact.py (the exact
 distribution of every 3-token continuation, chi-square with small cells pooled, p > 1e-4),

@@ -1,4 +1,4 @@
-"""Chat template rendering in the sandbox (pure; real-model templates are in test_llm_real)."""
+"""Chat template rendering in the sandbox (pure; real models: test_model_real.py)."""
 
 from __future__ import annotations
 

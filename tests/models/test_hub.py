@@ -1,4 +1,5 @@
-"""Hugging Face references against a local fake hub (tests/fakehub.py); never the real hub."""
+"""Hugging Face references against a local fake hub (tests/support/fakehub.py), never the real
+hub."""
 
 from __future__ import annotations
 

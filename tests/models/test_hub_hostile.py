@@ -1,5 +1,5 @@
 """What a hostile or broken hub can send, through the real CLI and a local fake hub
-(tests/fakehub.py, HF_ENDPOINT): an ETag that is a path, a redirect to another host, a login
+(tests/support/fakehub.py, HF_ENDPOINT): an ETag that is a path, a redirect to another host, a login
 page instead of the file, bytes that do not match the listing; and `owner/name:FILE.gguf`."""
 
 from __future__ import annotations

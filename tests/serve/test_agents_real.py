@@ -1,6 +1,6 @@
 """Agent frameworks against a real `specchat serve` process on the real Qwen2.5-Coder 0.5B
 (the smallest model here whose template defines tools): each framework runs as its own
-process (tests/agent_clients.py) with nested Pydantic models (an Enum, lists, a nested
+process (tests/support/agent_clients.py) with nested Pydantic models (an Enum, lists, a nested
 model: $refs into $defs), a tool round trip, structured output beside tools, streaming.
 A framework that is not installed is skipped. The model name the clients send is not the
 served one: the server answers any name."""

@@ -1,5 +1,5 @@
 """A server's clients kept apart (backend/clients.py, docs/security.md): a real `specchat
-serve` process with a fake model (tests/serve_fake_cli.py) and two API keys. One client's
+serve` process with a fake model (tests/support/serve_fake_cli.py) and two API keys. One client's
 words never shape another's drafts or statistics; the owner's own drafting store (what
 `ask` and `chat` keep) is read only when the server is told to, and never written."""
 

@@ -1,5 +1,5 @@
 """`specchat serve` against hostile pages and clients: a real server process (uvicorn on
-127.0.0.1, tests/serve_fake_cli.py: the real CLI with a fake model), driven by raw sockets,
+127.0.0.1, tests/support/serve_fake_cli.py: the real CLI with a fake model), driven by raw sockets,
 httpx and the real `openai` client."""
 
 from __future__ import annotations

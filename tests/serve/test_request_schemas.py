@@ -1,4 +1,4 @@
-"""A real `specchat serve` process (tests/serve_fake_cli.py: the real CLI and server with a
+"""A real `specchat serve` process (tests/support/serve_fake_cli.py: the real CLI and server with a
 fake model) given hostile schemas, tools and numbers: a one-line 400 before any model call,
 streamed or not, never a fetch, a file read, a 500 or a hang; /health answers throughout."""
 

@@ -1,5 +1,5 @@
 """What one request may cost everyone else: a real `specchat serve` process with a fake model
-(tests/serve_fake_cli.py), driven over HTTP. Work is counted (model calls), never timed."""
+(tests/support/serve_fake_cli.py), driven over HTTP. Work is counted (model calls), never timed."""
 
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ def smol(real_model_path: Callable[[str], Path]) -> Path:
 @pytest.fixture(scope="module")
 def served(smol: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     # --strict-model: test_error_bodies sees the 404 a client gets for another model's name
-    # (by default any name is this model; tests/test_agents_real.py sends one).
+    # (by default any name is this model; tests/serve/test_agents_real.py sends one).
     server = start_server(tmp_path_factory.mktemp("serve"), smol, "--api-key", KEY,
                           "--strict-model")
     yield server

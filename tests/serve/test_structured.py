@@ -1,8 +1,8 @@
 """Structured answers through the HTTP API on fake models: response_format, tools and
 tool_choice, the tool role, logprobs, logit_bias, token prompts, top_p 0, and the fields
 that are refused by name. The fake grammars stand in for llguidance (the real one is in
-test_structured_real.py); here the server's side is under test: what it asks the backend
-for and how it shapes the answer."""
+tests/engine/test_structured_real.py); here the server's side is under test: what it asks the
+backend for and how it shapes the answer."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Agent frameworks as their users write them, against a running `specchat serve`:
 `python -m tests.support.agent_clients FRAMEWORK URL KEY` runs that framework's scenarios and prints
 one JSON object, scenario name -> what came back (the parsed output, the tool calls the
-framework ran, the streamed pieces). tests/test_agents_real.py starts the server and this
+framework ran, the streamed pieces). tests/serve/test_agents_real.py starts the server and this
 process, and judges the results. Exit 3: the framework is not installed.
 
 The models are Pydantic's, nested, with an Enum and lists: Pydantic writes them as $refs

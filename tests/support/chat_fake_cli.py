@@ -32,7 +32,7 @@ class SlowModel(chat_fakes.ChatModel):
 
 def open_fake(settings: LoadSettings) -> Runtime:
     script = os.environ.get("CHAT_FAKE_ANSWER")
-    if script is not None:  # a model that answers exactly this text (tests/hostile.py)
+    if script is not None:  # a model that answers exactly this text (tests/support/hostile.py)
         return hostile.scripted_runtime(script)
     return chat_fakes.runtime(SlowModel())
 

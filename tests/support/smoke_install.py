@@ -4,10 +4,10 @@
 The test suite runs with the test extras installed, so a runtime import that only a test
 extra provides (httpx, once) passes every test and fails every user. This runs the
 `specchat` of a virtualenv that holds nothing but `pip install .`: it pulls a real GGUF file
-from a local fake hub (tests/fakehub.py, reached through HF_ENDPOINT, as tests/test_hub.py
-does) and gets one answer from it, in a home of its own. The file served is the smallest
-test model, fetched here by specchat's own pull code (cached in the user cache after the
-first time).
+from a local fake hub (tests/support/fakehub.py, reached through HF_ENDPOINT, as
+tests/models/test_hub.py does) and gets one answer from it, in a home of its own. The file
+served is the smallest test model, fetched here by specchat's own pull code (cached in the
+user cache after the first time).
 
 Not a pytest module (its name does not start with test_): it needs a second virtualenv.
 """

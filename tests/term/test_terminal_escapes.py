@@ -2,7 +2,7 @@
 and file names reach a real terminal (tmux) shown, never obeyed; pipes and files stay exact.
 
 Each terminal test runs a shell script in a tmux server of its own with clipboard escapes
-turned on (tests/hostile.py): an obeyed OSC 52 would leave a paste buffer holding "pwned",
+turned on (tests/support/hostile.py): an obeyed OSC 52 would leave a paste buffer holding "pwned",
 an obeyed OSC 2 would rename the pane, an obeyed screen clear would wipe earlier lines.
 """
 
@@ -100,8 +100,9 @@ def test_answers_errors_and_names_are_shown_not_obeyed_in_a_terminal(
     assert "history" in sections[5] and sections[5].count("before ^[]52") >= 3
     assert f"{tmp}/no^[]52;c;cHduZWQ=^Gsuch: no such file" in sections[6]
     assert hostile.SHOWN in sections[7] and f"refused {hostile.SHOWN}" in sections[7]
-    # A hub name with control bytes is never a path in the cache (test_hub_hostile.py): it is
-    # left out of listings, and pull refuses the repo in one line without obeying anything.
+    # A hub name with control bytes is never a path in the cache
+    # (tests/models/test_hub_hostile.py): it is left out of listings, and pull refuses the repo in
+    # one line without obeying anything.
     assert "pwned-title" not in sections[8] and "Hugging Face cache" in sections[8]
     assert "pwned-title" not in sections[9], sections[9]
 
