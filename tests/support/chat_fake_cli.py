@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from collections.abc import Sequence
-
-import numpy as np
 
 from specchat import cli
 from specchat.backend.local import Runtime
@@ -22,19 +18,12 @@ from specchat.settings.load import LoadSettings
 from tests.support import chat_fakes, hostile
 
 
-class SlowModel(chat_fakes.ChatModel):
-    delay = float(os.environ.get("CHAT_FAKE_DELAY", "0"))
-
-    def eval(self, tokens: Sequence[int], logit_rows: Sequence[int]) -> np.ndarray:
-        time.sleep(self.delay)
-        return super().eval(tokens, logit_rows)
-
-
 def open_fake(settings: LoadSettings) -> Runtime:
     script = os.environ.get("CHAT_FAKE_ANSWER")
     if script is not None:  # a model that answers exactly this text (tests/support/hostile.py)
         return hostile.scripted_runtime(script)
-    return chat_fakes.runtime(SlowModel())
+    delay = float(os.environ.get("CHAT_FAKE_DELAY", "0"))
+    return chat_fakes.runtime(chat_fakes.ChatModel(delay=delay))
 
 
 if __name__ == "__main__":

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
-from specchat.backend.base import Backend, Message, RuntimeInfo
+from specchat.backend.base import Backend, Message
 from specchat.backend.local import Runtime
 from specchat.chat.render import RenderConfig, Renderer
 from specchat.chat.session import ChatSession
 from specchat.chat.store import Store
 from specchat.engine.options import GenerationOptions, SamplingOptions
+from tests.support.fake_runtime import fake_runtime
 from tests.support.fakes import FakeModel
 
 CHARS = "abcdefghijklmnopqrstuvwxyz .,\n"
@@ -78,12 +79,8 @@ def chat_tokens(messages: Sequence[Message]) -> list[int]:
 
 
 def runtime(target: FakeModel | None = None, draft: FakeModel | None = None) -> Runtime:
-    return Runtime(target=target or ChatModel(), draft=draft, chat_tokens=chat_tokens,
-                   raw_tokens=encode,
-                   info=RuntimeInfo(target_name="fake", target_path="/models/fake.gguf",
-                                    draft_name="fake-draft" if draft else None,
-                                    draft_path="/models/draft.gguf" if draft else None,
-                                    template_note="chatml-like fake template"))
+    """A runtime of the chat model (a target of its own is a ChatModel too) and its tokenizer."""
+    return fake_runtime(target or ChatModel(), draft, chat_tokens=chat_tokens, raw_tokens=encode)
 
 
 def options(**kw: object) -> GenerationOptions:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from specchat.backend.base import Message, RuntimeInfo
 from specchat.backend.local import Runtime
@@ -27,9 +27,15 @@ def chat_encode(messages: Sequence[Message]) -> list[int]:
     return encode(text + "<assistant>")
 
 
-def fake_runtime(target: FakeModel | None = None, draft: FakeModel | None = None) -> Runtime:
-    target = target or fake_model()
-    return Runtime(target=target, draft=draft, chat_tokens=chat_encode, raw_tokens=encode,
-                   info=RuntimeInfo(target_name="fake", target_path="/fake.gguf",
+def fake_runtime(target: FakeModel | None = None, draft: FakeModel | None = None, *,
+                 chat_tokens: Callable[[Sequence[Message]], list[int]] = chat_encode,
+                 raw_tokens: Callable[[str], list[int]] = encode,
+                 name: str = "fake") -> Runtime:
+    """The one way tests build a local Runtime on fake models; a fake's own tokenizer (the
+    chat model's, the scripted model's) comes in through chat_tokens and raw_tokens."""
+    return Runtime(target=target or fake_model(), draft=draft, chat_tokens=chat_tokens,
+                   raw_tokens=raw_tokens,
+                   info=RuntimeInfo(target_name=name, target_path=f"/models/{name}.gguf",
                                     draft_name="fake-draft" if draft else None,
-                                    template_note="fake template"))
+                                    draft_path="/models/draft.gguf" if draft else None,
+                                    template_note="chatml-like fake template"))

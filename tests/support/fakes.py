@@ -7,6 +7,7 @@ against it. Also records how many tokens were evaluated, for KV-reuse tests.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -29,6 +30,8 @@ class FakeModel:
         pieces: Sequence[bytes] | None = None,
         logits_fn: Callable[[Sequence[int]], np.ndarray] | None = None,
         support: Sequence[int] | None = None,
+        delay: float = 0.0,
+        call_log: str | None = None,
     ) -> None:
         self._n_vocab = n_vocab
         self._n_ctx = n_ctx
@@ -55,6 +58,11 @@ class FakeModel:
         # An exact target verifies at most exact_rows at once (llm/exact.py); the fake's
         # rows are exact anyway, so None unless a test asks for the cap.
         self.exact_rows: int | None = None
+        # For a model in another process (tests/support/*_fake_cli.py): `delay` seconds before
+        # every call lets a test act mid-answer; `call_log` gets one line per call, so a test
+        # can see whether decoding goes on.
+        self.delay = delay
+        self.call_log = call_log
 
     @property
     def exact(self) -> bool:
@@ -78,6 +86,11 @@ class FakeModel:
         return self._eog
 
     def eval(self, tokens: Sequence[int], logit_rows: Sequence[int]) -> np.ndarray:
+        if self.call_log:
+            with open(self.call_log, "a", encoding="utf-8") as sink:
+                sink.write(f"{len(tokens)}\n")
+        if self.delay:
+            time.sleep(self.delay)
         if len(self._tokens) + len(tokens) > self._n_ctx:
             raise ContextFullError(len(self._tokens) + len(tokens), self._n_ctx)
         n = len(tokens)

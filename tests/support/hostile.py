@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from specchat.backend.base import Message, RuntimeInfo
+from specchat.backend.base import Message
 from specchat.backend.local import Runtime
+from tests.support.fake_runtime import fake_runtime
 from tests.support.fakes import FakeModel
 
 # Writes "pwned" to the clipboard (OSC 52), renames the window (OSC 2), clears the screen.
@@ -61,10 +62,8 @@ def chat_tokens(messages: Sequence[Message]) -> list[int]:
 
 
 def scripted_runtime(script: str) -> Runtime:
-    return Runtime(target=ScriptedModel(script), draft=None, chat_tokens=chat_tokens,
-                   raw_tokens=encode,
-                   info=RuntimeInfo(target_name="scripted", target_path="/models/s.gguf",
-                                    draft_name=None, draft_path=None))
+    return fake_runtime(ScriptedModel(script), chat_tokens=chat_tokens, raw_tokens=encode,
+                        name="scripted")
 
 
 # --- an endpoint that says it ---------------------------------------------------------------

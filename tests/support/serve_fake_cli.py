@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from collections.abc import Sequence
-
-import numpy as np
 
 from specchat import cli
 from specchat.backend import loading
@@ -24,24 +20,14 @@ from tests.support.fake_runtime import fake_model, fake_runtime
 from tests.support.fakes import FakeModel
 
 
-class SlowModel(FakeModel):
-    delay = float(os.environ.get("SERVE_FAKE_DELAY", "0"))
-    log = os.environ.get("SERVE_FAKE_LOG")
-
-    def eval(self, tokens: Sequence[int], logit_rows: Sequence[int]) -> np.ndarray:
-        if self.log:
-            with open(self.log, "a", encoding="utf-8") as sink:
-                sink.write(f"{len(tokens)}\n")
-        time.sleep(self.delay)
-        return super().eval(tokens, logit_rows)
-
-
 def open_fake(settings: LoadSettings, reuse: Runtime | None = None) -> Runtime:
     """A runtime of the fake model, with the owner's drafting store opened as
     loading.open_runtime opens it (as the settings say)."""
     base = fake_model()
-    model = SlowModel(base.n_vocab, seed=0, order=2, eog=(), pieces=base.pieces,
-                      n_ctx=settings.n_ctx or 100_000)
+    model = FakeModel(base.n_vocab, seed=0, order=2, eog=(), pieces=base.pieces,
+                      n_ctx=settings.n_ctx or 100_000,
+                      delay=float(os.environ.get("SERVE_FAKE_DELAY", "0")),
+                      call_log=os.environ.get("SERVE_FAKE_LOG"))
     runtime = fake_runtime(model)
     runtime.drafts = open_store(model.n_vocab, model.eog_tokens, model.token_bytes,
                                 enabled=settings.draft_history, size=settings.draft_store,
