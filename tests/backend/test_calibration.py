@@ -1,8 +1,7 @@
 """Calibration is best-effort: a cache that cannot be written never stops `auto`.
 
-Issue 12, item 5: a read-only cache directory, a calibration.json that is a directory, a
-parent that is a file. The costs are measured and used, one warning is printed, nothing is
-left behind.
+A read-only cache directory, a calibration.json that is a directory, a parent that is a file.
+The costs are measured and used, one warning is printed, nothing is left behind.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Issue 19 item 10: the prompt cache is keyed by what a model file holds, not by its path,
-size and mtime. A model file replaced by another model of the same size, its mtime put back,
-must not get the first model's saved states: its temperature-0 answer is its own.
+"""The prompt cache is keyed by what a model file holds, not by its path, size and mtime. A
+model file replaced by another model of the same size, its mtime put back, must not get the
+first model's saved states: its temperature-0 answer is its own.
 
 The other model is SmolLM2-135M with its first two layers swapped (same size, same tensor
 types, another model), written with the `gguf` package (the test extra).

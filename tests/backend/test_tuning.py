@@ -1,5 +1,4 @@
-"""Issue 19 items 19 and 20: what a first start measures, how long it may take, and what load
-and noise may change.
+"""What a first start measures, how long it may take, and what load and noise may change.
 
 - A start measures batch costs for a bounded time, sizes spread out first, and later starts
   fill in the rest; samples taken while other processes had the cores count only until a

@@ -1,7 +1,7 @@
 """What specchat writes about a user's conversations: never lost silently, never shared.
 
-Issue 12, items 1-3, 10 and 11: a full disk, a torn last line, two chats in one second, file
-modes, and /save over an existing file. All on the fake chat model, with a real file system.
+A full disk, a torn last line, two chats in one second, file modes, and /save over an
+existing file. All on the fake chat model, with a real file system.
 """
 
 from __future__ import annotations

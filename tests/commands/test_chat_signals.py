@@ -1,7 +1,7 @@
-"""Issue 19 item 7: SIGTERM (a kill) and SIGHUP (the terminal closed) during an answer keep the
-turn, partial answer and all, marked interrupted, as Ctrl-C does; the chat then leaves with
-128 + the signal's number. Real processes of the CLI (the fake chat model, and one real GGUF
-model for a signal during llama.cpp's prefill), and a real terminal under tmux."""
+"""SIGTERM (a kill) and SIGHUP (the terminal closed) during an answer keep the turn, partial
+answer and all, marked interrupted, as Ctrl-C does; the chat then leaves with 128 + the signal's
+number. Real processes of the CLI (the fake chat model, and one real GGUF model for a signal
+during llama.cpp's prefill), and a real terminal under tmux."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The real CLI in a real process on real models, where the audit found tracebacks.
 
-Issue 12, items 4 (Ctrl-C while a model loads), 6 (a closed pipe, a full disk), 7 (a closed
-stdin) and 8 (--seed -1). Each runs `python -m specchat` the way a shell would.
+Ctrl-C while a model loads, a closed pipe, a full disk, a closed stdin and --seed -1. Each runs
+`python -m specchat` the way a shell would.
 """
 
 from __future__ import annotations

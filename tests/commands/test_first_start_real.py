@@ -1,5 +1,5 @@
-"""Issue 19 items 11, 19 and 20 on a real GGUF model (SmolLM2-135M) through the real CLI and a
-real server process: small contexts, what a first start measures, and flash attention.
+"""Small contexts, what a first start measures, and flash attention, on a real GGUF model
+(SmolLM2-135M) through the real CLI and a real server process.
 
 Nothing here asserts a timing: what is checked is what was measured, what was kept and what
 each setting loads with (llama.cpp's own log with --verbose).
@@ -45,7 +45,7 @@ def _tables(home: Path) -> list[dict[str, object]]:
     return [v for v in saved.values() if isinstance(v, dict) and "samples" in v]
 
 
-# --- item 11: contexts below llama.cpp's batch size ------------------------------------------
+# --- contexts below llama.cpp's batch size ---------------------------------------------------
 @pytest.mark.parametrize("ctx", [16, 20, 64])
 def test_small_contexts_answer_instead_of_aborting(smol: Path, tmp_path: Path,
                                                    ctx: int) -> None:
@@ -118,7 +118,7 @@ def test_a_server_with_a_small_context_survives_its_requests(
     assert proc.poll() is None  # still serving
 
 
-# --- items 19, 20: a first start -------------------------------------------------------------
+# --- a first start ---------------------------------------------------------------------------
 def test_a_first_start_measures_briefly_and_keeps_llamas_flash_attention(
         smol: Path, tmp_path: Path) -> None:
     done = _specchat(["ask", "-m", str(smol), "-n", "4", "Say hi"], tmp_path)

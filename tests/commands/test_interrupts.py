@@ -1,4 +1,4 @@
-"""Ctrl-C and small messages on the fake models, in-process (issue 12, items 8 and 13)."""
+"""Ctrl-C and small messages on the fake models, in-process."""
 
 from __future__ import annotations
 

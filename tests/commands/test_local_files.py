@@ -1,4 +1,4 @@
-"""Issue 19 items 9, 12, 16, 17 and 18: how specchat writes and reads the user's files.
+"""How specchat writes and reads the user's files.
 
 Writers never replace what is not a regular file (a device node, a FIFO) and write through a
 symlinked file to its target; readers are bounded and never block on a FIFO; a read-only or
@@ -96,7 +96,7 @@ def _one_error_line(done: subprocess.CompletedProcess[str], code: int, *words: s
         assert word in lines[0], lines[0]
 
 
-# --- item 9: never replace a device or a FIFO; write through symlinks -----------------------
+# --- never replace a device or a FIFO; write through symlinks -------------------------------
 def test_export_refuses_a_fifo_or_a_device_even_with_force(tmp_path: Path,
                                                           env: dict[str, str]) -> None:
     _one_conversation(env)
@@ -163,7 +163,7 @@ def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(
     assert not stale.exists() and other.exists() and config.exists()
 
 
-# --- item 12: bounded reads, no FIFO hangs -----------------------------------------------
+# --- bounded reads, no FIFO hangs --------------------------------------------------------
 def test_attaching_a_link_to_dev_zero_is_refused_at_once(tmp_path: Path,
                                                         env: dict[str, str]) -> None:
     link = tmp_path / "notes.txt"
@@ -226,7 +226,7 @@ def test_save_commands_refuse_fifos_and_devices_in_a_terminal_and_the_chat_goes_
     assert all(not stat.S_ISREG(t.lstat().st_mode) for t in targets)
 
 
-# --- items 16, 17: read-only and full state directories ---------------------------------------
+# --- read-only and full state directories -----------------------------------------------------
 @pytest.fixture
 def terminal(tmp_path: Path) -> Iterator[Terminal]:
     term = Terminal(f"specchat-files-{os.getpid()}-{tmp_path.name}")
@@ -290,7 +290,7 @@ def test_a_full_disk_under_the_input_history_is_one_line_and_the_chat_goes_on(
     assert screen.count("tok ·") == 2, screen  # both answered
 
 
-# --- item 18: a full stdout is one line and exit 1 ------------------------------------------
+# --- a full stdout is one line and exit 1 ---------------------------------------------------
 @pytest.mark.parametrize("args", [["history"], ["history", "show", "last"],
                                   ["history", "search", "hello"], ["config"],
                                   ["config", "path"], ["models"], ["models", "--json"]])

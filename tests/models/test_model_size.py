@@ -1,4 +1,4 @@
-"""A cached model file is checked by its size every time (issue 12, item 9).
+"""A cached model file is checked by its size every time.
 
 A truncated file next to a checksum sidecar used to count as present and was handed to
 llama.cpp. Now the sidecar records the verified size, a file that does not match is not

@@ -92,7 +92,7 @@ def _error(response: httpx.Response, status: int) -> dict[str, object]:
     return error
 
 
-# --- item 4: web pages ----------------------------------------------------------------------
+# --- web pages ------------------------------------------------------------------------------
 def test_a_text_plain_post_is_refused_before_any_work(served: Server) -> None:
     before = served.model_calls()
     error = _error(served.post(json.dumps(HELLO), content_type="text/plain"), 415)
@@ -133,7 +133,7 @@ def test_the_openai_client_is_served_as_before(served: Server) -> None:
     assert reply.choices[0].finish_reason == "length" and reply.choices[0].message.content
 
 
-# --- item 5: sizes --------------------------------------------------------------------------
+# --- sizes ----------------------------------------------------------------------------------
 def test_a_body_over_the_limit_is_413_at_once(served: Server) -> None:
     big = {**HELLO, "messages": [{"role": "user", "content": "x" * (12 << 20)}]}
     before = served.model_calls()
@@ -151,7 +151,7 @@ def test_too_many_messages_are_refused_before_rendering(served: Server) -> None:
     assert error["code"] == "too_many_messages" and "--max-messages" in str(error["message"])
 
 
-# --- item 18: bodies that used to be a 500 ---------------------------------------------------
+# --- bodies that used to be a 500 ------------------------------------------------------------
 def test_a_lone_surrogate_is_400(served: Server) -> None:
     body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "a\ud800b"}]})
     assert "\\ud800" in body  # json.dumps escapes it: the server gets a lone \ud800 escape
@@ -173,7 +173,7 @@ def test_non_finite_temperature_is_400(served: Server, value: str) -> None:
     assert "temperature" in str(error["message"]) or "JSON" in str(error["message"])
 
 
-# --- item 6: slow clients, too many connections -----------------------------------------------
+# --- slow clients, too many connections -------------------------------------------------------
 def _read_all(sock: socket.socket) -> bytes:
     data = b""
     while chunk := sock.recv(65536):
@@ -230,7 +230,7 @@ def test_running_out_of_descriptors_is_a_line_not_a_flood(tmp_path: Path) -> Non
     assert "ulimit -n 64" in log  # the cap was lowered to what the limit leaves
 
 
-# --- item 13: a client that leaves a whole (non-streamed) answer -----------------------------
+# --- a client that leaves a whole (non-streamed) answer --------------------------------------
 def test_a_non_streaming_client_that_leaves_stops_its_answer(tmp_path: Path) -> None:
     server = start(tmp_path, "--ctx", "0", delay=0.02)
     try:
@@ -249,7 +249,7 @@ def test_a_non_streaming_client_that_leaves_stops_its_answer(tmp_path: Path) -> 
     assert " 499 " in server.log_text()
 
 
-# --- item 18: options -----------------------------------------------------------------------
+# --- options --------------------------------------------------------------------------------
 # Should a check be missing, `serve` must fail at once instead of fetching the default model.
 NO_MODEL = ["-m", "/nonexistent/none.gguf", "--port", "0"]
 

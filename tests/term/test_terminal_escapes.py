@@ -1,5 +1,5 @@
-"""Issue 19 item 3: escape sequences from models, servers, saved conversations, hub file names
-and file names reach a real terminal (tmux) shown, never obeyed; pipes and files stay exact.
+"""Escape sequences from models, servers, saved conversations, hub file names and file names
+reach a real terminal (tmux) shown, never obeyed; pipes and files stay exact.
 
 Each terminal test runs a shell script in a tmux server of its own with clipboard escapes
 turned on (tests/support/hostile.py): an obeyed OSC 52 would leave a paste buffer holding "pwned",
