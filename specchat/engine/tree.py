@@ -15,7 +15,8 @@ node i. Acceptance walks from the root:
   is rejected, the new token is drawn from the last r. q is the distribution a child was drawn
   from (None: a deterministic proposal, one-hot). The token that leaves a node then has
   exactly the distribution p, whatever the candidates were, so the answer has the target's
-  distribution (tests/engine/test_tree.py proves it by chi-square, with a wrong rule that must fail).
+  distribution (tests/engine/test_tree.py proves it by chi-square, with a wrong rule that must
+  fail).
 """
 
 from __future__ import annotations
