@@ -17,9 +17,9 @@ import fcntl
 import os
 from pathlib import Path
 
+from specchat.fileio import FileIOError, make_dirs
 from specchat.llm.ggml import default_threads
 from specchat.paths import cpu_share_dir
-from specchat.storage import StorageError, make_dirs
 
 SLOTS = 32  # processes counted at most; more than this many decoding at once is not a plan
 
@@ -64,7 +64,7 @@ class CpuShare:
                     continue
                 self._held = (slot, fd)
                 return
-        except (OSError, StorageError):
+        except (OSError, FileIOError):
             self.broken = True
 
     def release(self) -> None:

@@ -41,9 +41,9 @@ from specchat.engine.stats import Stats
 from specchat.engine.textdraft import TextVocabs
 from specchat.engine.threads import ThreadGovernor
 from specchat.errors import PromptTooLong, UsageError
+from specchat.fileio import FileIOError
 from specchat.llm.tools import ToolSet
 from specchat.settings.load import LoadSettings
-from specchat.storage import StorageError
 
 if TYPE_CHECKING:
     from specchat.backend.tuning import Tuned
@@ -114,7 +114,7 @@ class Runtime(Backend):
             if isinstance(event, Finished) and event.tokens:
                 try:
                     store.append([*head, *event.tokens], tag_of(event.text))
-                except StorageError as exc:
+                except FileIOError as exc:
                     print(f"specchat: note: the drafting store was not written: {exc}",
                           file=sys.stderr)
 

@@ -7,7 +7,7 @@ model state key and the exact token ids, then llama.cpp's opaque state blob, wit
 both. Lookup reads only the headers and picks the entry sharing the longest prefix with the
 new prompt; the model then loads it and cuts it back to that common prefix, so an entry
 serves every prompt that starts the same way, whatever follows. Files are written through
-storage.atomic_write (a killed process leaves no file that looks complete; two processes
+fileio.atomic_write (a killed process leaves no file that looks complete; two processes
 writing the same entry each rename a whole file), a file that fails any check is removed and
 never loaded, and the directory is kept under a size limit by evicting the least recently
 used entries (a hit refreshes the file's mtime).
@@ -30,7 +30,7 @@ import numpy as np
 
 from specchat.engine.protocol import common_prefix
 from specchat.errors import SpecchatError
-from specchat.storage import StorageError, atomic_write, make_dirs
+from specchat.fileio import FileIOError, atomic_write, make_dirs
 
 MAGIC = b"SPECCHAT-KV1"
 SUFFIX = ".kv"
@@ -162,7 +162,7 @@ class PromptCache:
         try:
             make_dirs(self.directory, private=True)
             atomic_write(path, data, private=True)
-        except (StorageError, OSError):
+        except (FileIOError, OSError):
             return None  # a cache: a full disk costs speed, never the answer
         self.evict()
         return path

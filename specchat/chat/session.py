@@ -28,7 +28,7 @@ from specchat.engine.events import Finished, Progress, drain
 from specchat.engine.options import GenerationOptions, OptionError, Spec
 from specchat.engine.protocol import ContextFullError
 from specchat.errors import SpecchatError, UsageError
-from specchat.storage import StorageError, describe
+from specchat.fileio import FileIOError, describe
 from specchat.term.output import OutputError
 
 
@@ -185,7 +185,7 @@ class ChatSession:
         """
         try:
             self.store.append(record)
-        except StorageError as exc:
+        except FileIOError as exc:
             if not self.unsaved:  # a read-only or full disk is said once, not every turn
                 self.renderer.error(f"not saved: {exc} (the chat goes on; /save FILE keeps "
                                     "it elsewhere)")

@@ -11,7 +11,7 @@ from typing import Annotated, Optional, TextIO
 import typer
 from prompt_toolkit.output import Output, create_output
 
-from specchat import storage
+from specchat import fileio
 from specchat.backend.base import Backend
 from specchat.backend.loading import open_runtime
 from specchat.chat import ending, repl
@@ -23,11 +23,11 @@ from specchat.chat.store import PrivateStore, Store, latest_file, load_conversat
 from specchat.commands import common as c
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
+from specchat.fileio import FileIOError
 from specchat.paths import input_history_file, logs_dir
 from specchat.settings.file import Settings
 from specchat.settings.flags import with_options
 from specchat.settings.load import LoadSettings
-from specchat.storage import StorageError
 
 
 def register(app: typer.Typer) -> None:
@@ -170,9 +170,9 @@ def open_error_log() -> ErrorLog:
     logs = logs_dir()
     try:
         # Created private and exclusive first: logging would create it with the umask's mode.
-        path = storage.create_unique(logs, time.strftime("specchat-%Y%m%d-%H%M%S"), ".log")
+        path = fileio.create_unique(logs, time.strftime("specchat-%Y%m%d-%H%M%S"), ".log")
         handler = logging.FileHandler(path, encoding="utf-8")
-    except (OSError, StorageError) as exc:
+    except (OSError, FileIOError) as exc:
         print(f"specchat: cannot open a log file in {logs}: {exc}", file=sys.stderr)
         return ErrorLog()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

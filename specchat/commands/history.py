@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from specchat import storage
+from specchat import fileio
 from specchat.backend.draftstore import clear as clear_store
 from specchat.backend.draftstore import forget_everywhere, tag_of, usage_by_vocabulary
 from specchat.chat import archive
@@ -95,11 +95,11 @@ def rm(ident: Ident,
     try:
         path.unlink()
     except OSError as exc:
-        raise UsageError(f"cannot delete {path}: {storage.describe(exc)}") from None
+        raise UsageError(f"cannot delete {path}: {fileio.describe(exc)}") from None
     note(f"deleted {path.stem}")
     try:
         forgotten = forget_everywhere(tags)
-    except (OSError, storage.StorageError) as exc:
+    except (OSError, fileio.FileIOError) as exc:
         note(f"specchat: its answers are still in the drafting store ({exc}): "
              "`specchat history store --clear` removes them all")
         raise typer.Exit(1) from None
@@ -173,7 +173,7 @@ def export(
         output.write(text)
         return
     try:
-        storage.atomic_write(to, text, overwrite=force)
+        fileio.atomic_write(to, text, overwrite=force)
     except FileExistsError:
         raise UsageError(f"{to} exists: pass --force to replace it") from None
     note(f"wrote {to}")

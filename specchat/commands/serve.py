@@ -91,8 +91,8 @@ def _drafting(settings: Settings) -> tuple[LoadSettings, Path | None]:
 def _key_file(name: str | None) -> tuple[str, ...]:
     """The API keys in --api-key-file, one a line (blank lines and # comments skipped);
     a key is never shown in an error, not even a wrong one."""
+    from specchat.fileio import FileIOError, read_limited
     from specchat.settings.schema import BY_NAME
-    from specchat.storage import StorageError, read_limited
 
     if name is None:
         return ()
@@ -100,7 +100,7 @@ def _key_file(name: str | None) -> tuple[str, ...]:
         text = read_limited(Path(name).expanduser(), KEY_FILE_LIMIT).decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"--api-key-file {name}: no such file") from None
-    except (StorageError, UnicodeDecodeError) as exc:
+    except (FileIOError, UnicodeDecodeError) as exc:
         raise UsageError(f"--api-key-file {name}: cannot be read as text ({exc})") from None
     keys = []
     for number, line in enumerate(text.splitlines(), 1):

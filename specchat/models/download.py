@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from specchat import storage
+from specchat import fileio
 from specchat.errors import DownloadError, UsageError
 from specchat.models import store
 from specchat.models.hub import hub_unavailable_reason, remote_file, stream
@@ -99,7 +99,7 @@ def fetch_hub(preset: Preset, source: HubSource, *, quiet: bool) -> tuple[Path, 
     except UsageError as exc:  # a preset's hub source that is gone: try the next source
         raise DownloadError(str(exc)) from None
     done = final.with_name(f".{final.name}.hub-done")
-    locks = storage.make_dirs(final.parent / ".locks", private=False)
+    locks = fileio.make_dirs(final.parent / ".locks", private=False)
     with WeakFileLock(locks / f"{final.name}.lock"):
         try:
             # stream() checks the ETag's sha256 (every GGUF on the hub has one) and the size;

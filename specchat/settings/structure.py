@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specchat import storage
+from specchat import fileio
 from specchat.engine.options import Structure
 from specchat.errors import UsageError
 from specchat.llm.lark import parse_schema
@@ -33,8 +33,8 @@ def load_schema(value: str) -> str:
     if not text.startswith("{") and text not in ("true", "false"):
         path = Path(text).expanduser()
         try:
-            text = storage.read_limited(path, SCHEMA_FILE_LIMIT).decode("utf-8")
-        except (OSError, UnicodeDecodeError, storage.StorageError) as exc:
+            text = fileio.read_limited(path, SCHEMA_FILE_LIMIT).decode("utf-8")
+        except (OSError, UnicodeDecodeError, fileio.FileIOError) as exc:
             why = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
             raise UsageError(f"schema {value!r}: cannot read it ({why}); give a file or the "
                              "schema itself as JSON") from None
