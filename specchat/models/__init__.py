@@ -4,6 +4,7 @@ file. The rest of specchat needs only what is exported here.
 
 from __future__ import annotations
 
+from specchat.models.cache import cache_dir, check_gguf
 from specchat.models.presets import (
     DEFAULT_TARGET,
     HubSource,
@@ -22,7 +23,6 @@ from specchat.models.resolve import (
     pull,
     resolve_model,
 )
-from specchat.models.store import cache_dir, check_gguf
 
 __all__ = [
     "DEFAULT_TARGET",

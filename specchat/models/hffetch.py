@@ -16,6 +16,7 @@ from pathlib import Path
 
 from specchat import fileio
 from specchat.errors import DownloadError
+from specchat.models.cache import DISK_MARGIN
 from specchat.models.hfcache import cached_quants, record, repo_dir, resolve_cached
 from specchat.models.hfref import GgufGroup, HfRef, choose, group_files
 from specchat.models.hub import (
@@ -27,7 +28,6 @@ from specchat.models.hub import (
     stream,
 )
 from specchat.models.progress import human_size, say
-from specchat.models.store import DISK_MARGIN
 from specchat.paths import hub_cache_dir
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")

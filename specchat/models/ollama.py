@@ -1,4 +1,4 @@
-"""ollama's model store, read in place: `-m ollama:qwen2.5-coder:7b`.
+"""ollama's model folder, read in place: `-m ollama:qwen2.5-coder:7b`.
 
 Layout: <root>/manifests/<registry>/<namespace>/<model>/<tag> is a JSON manifest whose layer
 of media type application/vnd.ollama.image.model names the weights by digest, stored as
