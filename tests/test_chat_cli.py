@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from specchat.chat.store import conversation_files, load_conversation
+from specchat.chat.chatlog import conversation_files, load_conversation
 from specchat.commands import chat as chat_cmd
 from tests import chat_fakes as f
 from tests.clirun import FakeStdin, run_cli

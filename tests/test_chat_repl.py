@@ -12,9 +12,9 @@ from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
 from specchat.chat import clipboard, commands, repl
+from specchat.chat.chatlog import load_conversation
 from specchat.chat.commands import COMMANDS
 from specchat.chat.session import ChatSession
-from specchat.chat.store import load_conversation
 from tests import chat_fakes as f
 
 ENTER = "\r"
@@ -150,7 +150,7 @@ def test_system(chat) -> None:  # type: ignore[no-untyped-def]
     _, err = streams.take()
     assert "system prompt: talk like a pirate" in err
     assert session.conversation.system == ""
-    records = load_conversation(session.store.path)
+    records = load_conversation(session.chatlog.path)
     assert records.system == ""
 
 
@@ -161,10 +161,10 @@ def test_clear_regen_undo(chat) -> None:  # type: ignore[no-untyped-def]
     assert users(session) == ["one"]
     _, err = streams.take()
     assert "answer will be the same" in err and "removed the last turn ('two')" in err
-    first_file = session.store.path
+    first_file = session.chatlog.path
     drive(session, "/clear" + ENTER + "/undo" + ENTER + "/regen" + ENTER + CTRL_D, None)
     _, err = streams.take()
-    assert users(session) == [] and session.store.path != first_file
+    assert users(session) == [] and session.chatlog.path != first_file
     assert "nothing to undo" in err and "nothing to regenerate" in err
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat.chat.store import load_conversation
+from specchat.chat.chatlog import load_conversation
 from tests import chat_fakes as f
 from tests.hostile import Terminal
 from tests.test_chat_repl import CTRL_D, ENTER, drive

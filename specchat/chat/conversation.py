@@ -133,7 +133,7 @@ class Conversation:
         return self.turns[-1].assistant if self.turns else None
 
     def to_records(self) -> list[dict[str, Any]]:
-        """The state as store records, for /save and for seeding a new file after /load."""
+        """The state as chat log records, for /save and for seeding a new file after /load."""
         records: list[dict[str, Any]] = []
         if self.system:
             records.append({"type": "system", "text": self.system})

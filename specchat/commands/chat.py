@@ -16,10 +16,10 @@ from specchat.backend.base import Backend
 from specchat.backend.loading import open_runtime
 from specchat.chat import ending, repl
 from specchat.chat.attach import Attachment, measure, read_files
+from specchat.chat.chatlog import ChatLog, PrivateChatLog, latest_file, load_conversation
 from specchat.chat.conversation import Conversation
 from specchat.chat.render import RenderConfig, Renderer
 from specchat.chat.session import ChatSession, ErrorLog
-from specchat.chat.store import PrivateStore, Store, latest_file, load_conversation
 from specchat.commands import common as c
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
@@ -58,14 +58,14 @@ def chat(
     question = sys.stdin.buffer.read().decode("utf-8", errors="replace") if piped else ""
     if piped and not question.strip():
         return  # `specchat chat < /dev/null`: nothing asked, nothing to do
-    conversation, store = pick_conversation(continue_, load)  # a bad file fails before loading
+    conversation, chatlog = pick_conversation(continue_, load)  # a bad file fails before loading
     if private:  # nothing of what is asked or answered is written (settings/schema.py)
-        store = PrivateStore(meta=store.meta)
+        chatlog = PrivateChatLog(meta=chatlog.meta)
     try:
         backend: Backend = c.open_remote(settings, options) if settings["endpoint"] else \
             open_runtime(LoadSettings.from_settings(settings, quiet=piped))
         with backend as runtime, ending.installed():
-            session = make_session(runtime, options, conversation, store, errors,
+            session = make_session(runtime, options, conversation, chatlog, errors,
                                    plain=settings["plain"], show_draft=settings["show_draft"])
             apply_system(session, settings["system"])
             attach(session, attached)
@@ -81,31 +81,31 @@ def chat(
         sys.exit(code)
 
 
-def pick_conversation(continue_: bool, load: Path | None) -> tuple[Conversation, Store]:
+def pick_conversation(continue_: bool, load: Path | None) -> tuple[Conversation, ChatLog]:
     """--continue appends to the last file; --load starts a new file from the given one."""
     if continue_:
         path = latest_file()
         if path is None:
             raise UsageError("no saved conversation to continue (specchat history lists them)")
-        return load_conversation(path), Store(path)
+        return load_conversation(path), ChatLog(path)
     if load is not None:
         conversation = load_conversation(load)
-        store = Store(meta={"loaded_from": str(load)})
-        store.seed(conversation)
-        return conversation, store
-    return Conversation(), Store()
+        chatlog = ChatLog(meta={"loaded_from": str(load)})
+        chatlog.seed(conversation)
+        return conversation, chatlog
+    return Conversation(), ChatLog()
 
 
 def make_session(runtime: Backend, options: GenerationOptions, conversation: Conversation,
-                 store: Store, errors: ErrorLog, *, plain: bool, show_draft: bool
+                 chatlog: ChatLog, errors: ErrorLog, *, plain: bool, show_draft: bool
                  ) -> ChatSession:
     config = RenderConfig.detect(sys.stdout, sys.stderr, plain=plain, show_draft=show_draft)
     renderer = Renderer(config, sys.stdout, sys.stderr, draft_name=runtime.info.draft_name,
                         token_bytes=runtime.token_bytes)
-    store.meta.update({"model": runtime.info.target_name, "draft": runtime.info.draft_name})
+    chatlog.meta.update({"model": runtime.info.target_name, "draft": runtime.info.draft_name})
     options = runtime.effective_options(options)
     return ChatSession(runtime=runtime, options=options, renderer=renderer,
-                       conversation=conversation, store=store, errors=errors, plain=plain,
+                       conversation=conversation, chatlog=chatlog, errors=errors, plain=plain,
                        wants_show_draft=show_draft)
 
 
@@ -129,11 +129,11 @@ def apply_system(session: ChatSession, system: str | None) -> None:
     """--system replaces the conversation's; recorded only when it changes something."""
     if system is None or system == session.conversation.system:
         return
-    if session.store.started:
+    if session.chatlog.started:
         session.set_system(system)
     else:
         session.conversation.system = system
-        session.store.seed(session.conversation)  # written with the first turn
+        session.chatlog.seed(session.conversation)  # written with the first turn
 
 
 def one_shot(session: ChatSession, question: str) -> int:

@@ -18,7 +18,7 @@ from specchat import fileio
 from specchat.backend.draftstore import clear as clear_store
 from specchat.backend.draftstore import forget_everywhere, tag_of, usage_by_vocabulary
 from specchat.chat import archive
-from specchat.chat.store import read_records, summaries
+from specchat.chat.chatlog import read_records, summaries
 from specchat.errors import UsageError
 from specchat.paths import draft_store_dir, serve_store_dir
 from specchat.term import output

@@ -1,4 +1,4 @@
-"""Conversations on disk: one JSON Lines file each, append-only, fsync'd per record.
+"""Chat logs: each conversation on disk as one JSON Lines file, append-only, fsync'd per record.
 
 Appending one small line and fsyncing it is the whole crash story: a kill -9 can lose only
 the answer still being generated, and at worst leaves a torn last line, which reading skips.
@@ -64,7 +64,7 @@ def load_conversation(path: Path) -> Conversation:
     return Conversation.from_records(read_records(path))
 
 
-class Store:
+class ChatLog:
     """The file one chat session appends to; created with its first record, not before.
 
     Creating it lazily keeps `history` free of empty conversations from sessions in which
@@ -116,7 +116,7 @@ class Store:
         self._pending = conversation.to_records()
 
 
-class PrivateStore(Store):
+class PrivateChatLog(ChatLog):
     """--private: the conversation stays in memory only; nothing is ever written."""
 
     def append(self, record: dict[str, Any]) -> None:
