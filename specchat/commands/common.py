@@ -19,7 +19,7 @@ from specchat.settings.schema import (
     GENERATION,
     MODEL,
     REMOTE,
-    STORE,
+    RETENTION,
     generation_options,
     group,
 )
@@ -32,8 +32,8 @@ FilesFlag = Annotated[Optional[list[str]], typer.Option(
     help="Put this file's text in the message, before the prompt (repeatable; - reads "
     "stdin).")]
 
-ASK_OPTIONS = group(MODEL, GENERATION, ASK, REMOTE, STORE)
-CHAT_OPTIONS = group(MODEL, GENERATION, CHAT, REMOTE, STORE)
+ASK_OPTIONS = group(MODEL, GENERATION, ASK, REMOTE, RETENTION)
+CHAT_OPTIONS = group(MODEL, GENERATION, CHAT, REMOTE, RETENTION)
 
 
 def options_from(settings: Settings) -> GenerationOptions:

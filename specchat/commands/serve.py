@@ -15,9 +15,9 @@ from specchat.errors import UsageError
 from specchat.settings.file import Settings
 from specchat.settings.flags import with_options
 from specchat.settings.load import LoadSettings
-from specchat.settings.schema import GENERATION, MODEL, SERVER, STORE, group, parse_size
+from specchat.settings.schema import GENERATION, MODEL, RETENTION, SERVER, group, parse_size
 
-SERVE_OPTIONS = (*group(MODEL, GENERATION, SERVER, STORE), "api_key")
+SERVE_OPTIONS = (*group(MODEL, GENERATION, SERVER, RETENTION), "api_key")
 KEY_FILE_LIMIT = 1 << 20  # bytes of --api-key-file read at most
 
 
