@@ -20,7 +20,7 @@ from specchat.serve.errors import bad_request
 BIAS_LIMIT = 100.0
 
 
-def structure_of(response_format: Any, json_schema: Any = None,
+def structure_from_request(response_format: Any, json_schema: Any = None,
                  grammar: Any = None) -> Structure | None:
     """What the answer must be; None for free text."""
     try:

@@ -26,7 +26,7 @@ from specchat.engine.options import (
     SamplingOptions,
 )
 from specchat.errors import UsageError
-from specchat.settings.structure import FORMATS, structure_of
+from specchat.settings.structure import FORMATS, structure_from_options
 
 Parser = Callable[[str], Any]
 Checker = Callable[[Any], str | None]  # None when fine, else what is allowed
@@ -421,7 +421,7 @@ def generation_options(values: Mapping[str, Any]) -> GenerationOptions:
         return GenerationOptions(sampling=sampling, max_tokens=get("max_tokens"),
                                  stop=tuple(get("stop") or ()), spec=get("spec"),
                                  draft_max=get("draft_max"),
-                                 structure=structure_of(get("format"), get("schema")))
+                                 structure=structure_from_options(get("format"), get("schema")))
     except OptionError as exc:
         raise UsageError(f"invalid option: {exc}") from None
 

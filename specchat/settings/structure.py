@@ -15,7 +15,7 @@ FORMATS = ("text", "json")
 SCHEMA_FILE_LIMIT = 8 << 20  # as much as a server takes in one request body
 
 
-def structure_of(format: str, schema: str | None) -> Structure | None:
+def structure_from_options(format: str, schema: str | None) -> Structure | None:
     """A schema (JSON text, or the path of a file holding it) makes a JSON answer that must
     validate against it; format json any JSON object; text, free text (None).
 
