@@ -43,9 +43,9 @@ def open_fake(settings: LoadSettings, reuse: Runtime | None = None) -> Runtime:
     model = SlowModel(base.n_vocab, seed=0, order=2, eog=(), pieces=base.pieces,
                       n_ctx=settings.n_ctx or 100_000)
     runtime = fake_runtime(model)
-    runtime.drafts = open_store(model.n_vocab, model.eog_tokens, model.token_bytes,
-                                enabled=settings.draft_history, size=settings.draft_store,
-                                private=settings.private)
+    runtime.store = open_store(model.n_vocab, model.eog_tokens, model.token_bytes,
+                               enabled=settings.draft_history, size=settings.draft_store,
+                               private=settings.private)
     return runtime
 
 

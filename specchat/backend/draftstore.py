@@ -287,7 +287,7 @@ def _mtime(path: Path) -> float:
 def open_store(n_vocab: int, eog: frozenset[int], token_bytes: Callable[[int], bytes], *,
                enabled: bool, size: str, private: bool,
                root: Path | None = None) -> DraftStore | None:
-    """This vocabulary's store as the options say: None when history drafting is off or
+    """This vocabulary's store as the options say: None when drafting from it is off or
     nothing may be kept; read-only in private mode."""
     from specchat.paths import draft_store_dir
     from specchat.settings.schema import parse_size

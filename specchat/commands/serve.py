@@ -77,14 +77,14 @@ def _drafting(settings: Settings) -> tuple[LoadSettings, Path | None]:
     --draft-from-chats, and read only; --private keeps nothing and reads nothing."""
     from specchat.paths import serve_store_dir
 
-    private, history = bool(settings["private"]), bool(settings["draft_history"])
+    private, from_store = bool(settings["private"]), bool(settings["draft_history"])
     chats = bool(settings["draft_from_chats"])
     if chats and private:
         raise UsageError("--draft-from-chats reads your chats' drafting store and --private "
                          "says nothing is read or written: use one of them")
     load = dataclasses.replace(LoadSettings.from_settings(settings),
-                               draft_history=chats and history, private=True)
-    kept = history and not private and parse_size(settings["draft_store"]) > 0
+                               draft_history=chats and from_store, private=True)
+    kept = from_store and not private and parse_size(settings["draft_store"]) > 0
     return load, serve_store_dir() if kept else None
 
 
