@@ -1,4 +1,4 @@
-"""The REPL driven through prompt-toolkit's pipe input: keys, history, every slash command."""
+"""The REPL driven through prompt-toolkit's pipe input: keys, input lines, every slash command."""
 
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ def chat(tmp_path: Path) -> Iterator[tuple[ChatSession, f.Streams, Path]]:
     yield session, streams, tmp_path
 
 
-def drive(session: ChatSession, keys: str, history: Path | None) -> int:
+def drive(session: ChatSession, keys: str, input_lines: Path | None) -> int:
     with create_pipe_input() as pipe:
         pipe.send_text(keys)
-        prompt = repl.make_prompt(session, history_path=history, input=pipe,
+        prompt = repl.make_prompt(session, input_lines=input_lines, input=pipe,
                                   output=DummyOutput())
         return repl.run(session, prompt)
 
@@ -56,7 +56,7 @@ def test_ctrl_c_on_empty_line_exits_130_and_clears_a_typed_one(chat) -> None:  #
     assert users(session) == ["real"]
 
 
-def test_history_persists_across_sessions(chat) -> None:  # type: ignore[no-untyped-def]
+def test_input_lines_persist_across_sessions(chat) -> None:  # type: ignore[no-untyped-def]
     session, _, tmp = chat
     hist = tmp / "state" / "history"
     drive(session, "first question" + ENTER + "/stats" + ENTER + CTRL_D, hist)

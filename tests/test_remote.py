@@ -127,7 +127,7 @@ def test_repl_keys_against_a_remote_server(tmp_path: Path, server: TestClient) -
     keys = "hello there\r/show\r/stats\rtell me more\r/undo\r\x04"
     with create_pipe_input() as pipe:
         pipe.send_text(keys)
-        prompt = repl.make_prompt(chat, history_path=None, input=pipe, output=DummyOutput())
+        prompt = repl.make_prompt(chat, input_lines=None, input=pipe, output=DummyOutput())
         code = repl.run(chat, prompt)
     assert code == 0
     assert [t.user for t in chat.conversation.turns] == ["hello there"]

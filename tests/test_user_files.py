@@ -152,12 +152,12 @@ def test_prompt_history_is_private_and_old_files_are_tightened(tmp_path: Path) -
 
     chat, _ = f.session(tmp_path)
     path = tmp_path / "state" / "history"
-    prompt = repl.make_prompt(chat, history_path=path)
+    prompt = repl.make_prompt(chat, input_lines=path)
     prompt.history.append_string("my secret question")
     assert "my secret question" in path.read_text()
     assert mode(path) == 0o600 and mode(path.parent) == 0o700
     path.chmod(0o644)  # written by an older version
-    repl.make_prompt(chat, history_path=path)
+    repl.make_prompt(chat, input_lines=path)
     assert mode(path) == 0o600
 
 

@@ -120,10 +120,11 @@ def _current_text_in_block() -> bool:
     return in_open_block(get_app().current_buffer.text)
 
 
-class KeptHistory(FileHistory):
-    """prompt-toolkit's file history, read bounded and appended through fileio (a full disk
-    cuts the record back instead of tearing it); a failure is kept in `problem` for the REPL
-    to say once, never raised into prompt-toolkit (where it would be a traceback)."""
+class KeptInputLines(FileHistory):
+    """The input lines (Up-arrow, Ctrl-R; on disk <state>/history) as prompt-toolkit's file
+    history, read bounded and appended through fileio (a full disk cuts the record back
+    instead of tearing it); a failure is kept in `problem` for the REPL to say once, never
+    raised into prompt-toolkit (where it would be a traceback)."""
 
     LIMIT = 64 << 20  # years of typing; a link to /dev/zero is not read at all
 
@@ -164,20 +165,20 @@ class KeptHistory(FileHistory):
             self.problem = None
 
 
-def make_prompt(chat: ChatSession, *, history_path: Path | None,
+def make_prompt(chat: ChatSession, *, input_lines: Path | None,
                 input: Input | None = None, output: Output | None = None
                 ) -> PromptSession[str]:
-    history: History = InMemoryHistory()
-    if history_path is not None:
+    lines: History = InMemoryHistory()
+    if input_lines is not None:
         try:
             # prompt-toolkit appends with the umask's mode: the file must exist, private,
             # before it first writes the user's lines there.
-            history = KeptHistory(fileio.ensure_file(history_path))
+            lines = KeptInputLines(fileio.ensure_file(input_lines))
         except FileIOError as exc:
             chat.renderer.note(f"input history not kept ({exc})")
     return PromptSession(
         message=PROMPT, multiline=True, prompt_continuation=CONTINUATION,
-        history=history, completer=SlashCompleter(chat), complete_while_typing=True,
+        history=lines, completer=SlashCompleter(chat), complete_while_typing=True,
         key_bindings=key_bindings(), enable_history_search=False,
         input=input, output=output,
     )

@@ -24,7 +24,7 @@ from specchat.commands import common as c
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
 from specchat.fileio import FileIOError
-from specchat.paths import input_history_file, logs_dir
+from specchat.paths import input_lines_file, logs_dir
 from specchat.settings.file import Settings
 from specchat.settings.flags import with_options
 from specchat.settings.load import LoadSettings
@@ -154,7 +154,7 @@ def interactive(session: ChatSession, private: bool = False) -> int:
     session.renderer.dim(f"specchat · {model} · {how} · /help for commands · Ctrl-D leaves")
     session.check_saving()
     prompt = repl.make_prompt(session, output=_prompt_output(),
-                              history_path=None if private else input_history_file())
+                              input_lines=None if private else input_lines_file())
     return repl.run(session, prompt)
 
 
