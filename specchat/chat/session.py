@@ -76,7 +76,7 @@ class ChatSession:
         return tokens
 
     def ask(self, text: str, attachments: list[Attachment] | None = None) -> Turn | None:
-        """Answer `text` (after any attached files) with the whole history; keep the turn
+        """Answer `text` (after any attached files) with the whole conversation; keep the turn
         (even a partial one)."""
         files = list(self.pending if attachments is None else attachments)
         messages = self._fit(compose(files, text))
@@ -235,7 +235,7 @@ class ChatSession:
             self.chatlog.append({"type": "models", **models})
 
     def context_use(self) -> tuple[int, int] | None:
-        """Tokens the history takes now (as the next prompt would send it), and n_ctx;
+        """Tokens the conversation takes now (as the next prompt would send it), and n_ctx;
         None for a remote server, whose tokenizer and context are its own."""
         n_ctx = self.runtime.n_ctx
         if n_ctx is None:

@@ -60,7 +60,7 @@ def logit_bias_of(bias: Any) -> tuple[tuple[int, float], ...]:
 
 
 def tool_messages(message: Any, index: int) -> dict[str, Any]:
-    """The tool-call fields of one history message (assistant calls, a tool's result)."""
+    """The tool-call fields of one message of the request (assistant calls, a tool's result)."""
     out: dict[str, Any] = {}
     calls = getattr(message, "tool_calls", None)
     if calls:
@@ -91,7 +91,7 @@ def _history_call(call: Any, index: int, j: int) -> dict[str, Any]:
 
 
 def _too_deep(arguments: Any) -> bool:
-    """Whether a history call's arguments nest deeper than MAX_DEPTH (the template reads
+    """Whether an earlier call's arguments nest deeper than MAX_DEPTH (the template reads
     them as an object; Python's JSON reader and the renderer recurse)."""
     try:
         value = json.loads(arguments) if isinstance(arguments, str) else arguments
