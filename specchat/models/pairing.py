@@ -43,8 +43,8 @@ def can_pay(target_size: int, draft_size: int) -> bool:
     return state.draft_model_can_pay(_MAX_K)
 
 
-def drafts_for(target: GgufSummary, target_size: int,
-               candidates: list[tuple[LocalModel, GgufSummary]]) -> list[LocalModel]:
+def fitting_drafts(target: GgufSummary, target_size: int,
+                   candidates: list[tuple[LocalModel, GgufSummary]]) -> list[LocalModel]:
     """The candidates that can draft for the target, best first."""
     fit = [model for model, summary in candidates
            if summary.arch not in PROJECTOR_ARCHS and can_pay(target_size, model.size)
@@ -83,7 +83,7 @@ def find_draft(target_path: Path, *, budget: float = SEARCH_BUDGET,
         judged, unchecked = summaries(headers, small, budget)
     finally:
         headers.save()
-    found = drafts_for(target, target_size, judged)
+    found = fitting_drafts(target, target_size, judged)
     return Found(found[0] if found else None, unchecked, target_size)
 
 
