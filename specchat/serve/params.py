@@ -23,7 +23,7 @@ from specchat.serve.structured import (
     logit_bias_of,
     structure_from_request,
     tool_messages,
-    toolset_of,
+    toolset_from_request,
 )
 from specchat.settings.schema import BY_NAME, OptionError, generation_options
 
@@ -148,7 +148,7 @@ def completion_text(request: CompletionRequest) -> str | list[int]:
 
 
 def request_tools(request: ChatRequest) -> ToolSet | None:
-    return toolset_of(request.tools, request.tool_choice, request.parallel_tool_calls)
+    return toolset_from_request(request.tools, request.tool_choice, request.parallel_tool_calls)
 
 
 def request_options(request: GenerationFields, defaults: Mapping[str, Any]

@@ -29,7 +29,7 @@ def structure_from_request(response_format: Any, json_schema: Any = None,
         raise bad_request(exc.message, param=exc.param) from None
 
 
-def toolset_of(tools: Any, choice: Any, parallel: Any) -> ToolSet | None:
+def toolset_from_request(tools: Any, choice: Any, parallel: Any) -> ToolSet | None:
     """The request's tools and how they may be used; None when it has none."""
     try:
         return shapes.toolset_of(tools, choice, parallel)
