@@ -20,7 +20,7 @@ settings, `/save` and exports) goes through here, so the rules hold everywhere a
   never deleted (a process waiting on a deleted lock would hold a lock nobody else sees).
 - Reads of the user's files are bounded: `read_limited` refuses devices (and FIFOs, unless
   asked to take pipes) and stops at a size limit, so /dev/zero or a FIFO nobody writes to
-  can neither fill the memory nor hang a command.
+  can neither fill the memory nor hang a command; `read_stream` holds stdin to a limit.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from specchat.errors import SpecchatError
 
@@ -246,8 +247,22 @@ def read_text(path: Path, limit: int) -> str:
             from None
 
 
+def read_stream(stream: BinaryIO, limit: int, name: str) -> bytes:
+    """An open stream read to its end (stdin: a file, a pipe or /dev/zero), at most `limit`
+    bytes of it, else FileIOError: what comes without a path is held to a limit too."""
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise FileIOError(f"{name} is too large (more than {_size_text(limit)})",
+                          f"is too large (more than {_size_text(limit)})")
+    return data
+
+
+def _size_text(limit: int) -> str:
+    return f"{limit // (1024 * 1024)} MiB" if limit >= 1024 * 1024 else f"{limit} bytes"
+
+
 def _read_bounded(fd: int, path: Path, limit: int) -> bytes:
-    size = f"{limit // (1024 * 1024)} MiB" if limit >= 1024 * 1024 else f"{limit} bytes"
+    size = _size_text(limit)
     if os.fstat(fd).st_size > limit:
         raise _unreadable(path, f"is too large (more than {size})")
     chunks: list[bytes] = []

@@ -55,7 +55,7 @@ def chat(
         raise UsageError("-f - takes stdin, which then holds no question: use "
                          "`specchat ask -f - \"question\"` for that")
     attached = read_files(files or [])
-    question = sys.stdin.buffer.read().decode("utf-8", errors="replace") if piped else ""
+    question = c.read_piped().decode("utf-8", errors="replace") if piped else ""
     if piped and not question.strip():
         return  # `specchat chat < /dev/null`: nothing asked, nothing to do
     conversation, chatlog = pick_conversation(continue_, load)  # a bad file fails before loading

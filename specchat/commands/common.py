@@ -1,15 +1,18 @@
-"""What `ask`, `chat` and `bench` share: which options they take, and turning resolved
-settings into the engine's options and a remote backend.
+"""What `ask`, `chat` and `bench` share: which options they take, turning resolved settings
+into the engine's options and a remote backend, and reading a piped prompt.
 
 The options themselves are declared once, in specchat/settings/schema.py.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from specchat import fileio
+from specchat.chat.attach import MAX_BYTES
 from specchat.engine.options import GenerationOptions
 from specchat.errors import UsageError
 from specchat.settings.file import Settings
@@ -53,3 +56,13 @@ def open_remote(settings: Settings, options: GenerationOptions) -> RemoteRuntime
                          "speculates (specchat serve --spec MODE)")
     return RemoteRuntime(settings["endpoint"], settings.get("api_key"), settings.get("model"),
                          options, timeout=settings["timeout"])
+
+
+def read_piped() -> bytes:
+    """The prompt piped on stdin, at most what one attachment may be (`ask < /dev/zero` is
+    one line, not all the memory); a larger one is a usage error saying what to do."""
+    try:
+        return fileio.read_stream(sys.stdin.buffer, MAX_BYTES, "stdin")
+    except fileio.FileIOError as exc:
+        raise UsageError(f"{exc}: a prompt is at most that; attach a file with -f FILE (as "
+                         "large), or pipe less") from None
