@@ -1,7 +1,11 @@
-"""One place for writing the user's files: atomic, private, checked, never silently overwriting.
+"""One place for the user's files: writes atomic, private, checked, never silently overwriting;
+reads bounded.
 
-Every file specchat writes (conversations, prompt history, calibration, the prompt cache,
-settings, `/save` and exports) goes through here, so the rules hold everywhere at once:
+Every file specchat writes (conversations, the input history, the drafting store, calibration,
+the prompt cache, settings, `/save` and exports) goes through here, so the rules hold
+everywhere at once. Model downloads stream into a dot-named partial file and are renamed once
+verified (models/hub.py, models/mirror.py); the --verbose log is created here (create_unique)
+and then written by `logging`.
 
 - A whole-file write goes to a hidden temporary name in the same directory, is fsync'd, and
   is then renamed over the target: a reader (or a crash) sees the old file or the new one,

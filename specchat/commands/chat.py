@@ -1,4 +1,5 @@
-"""`specchat chat` (the REPL, or one answer when stdin is piped) and `specchat history`."""
+"""`specchat chat`: the REPL, or one answer when stdin is piped (`specchat history` is
+commands/history.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Model presets (models.toml), the caches, and turning a name, path or hub reference into a
-file. The rest of specchat needs only what is exported here.
+file. Loading and asking need only what is exported here; the commands that list, pair and
+inspect models (models, models --local, --drafts-for) import the modules they show.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The `format` and `schema` options as the engine's Structure (what an answer must be), and
-back, for /set and /show."""
+"""The `format` and `schema` options (flags, config file, /set) as the engine's Structure
+(what an answer must be), and back for /show; a schema file is read bounded (fileio)."""
 
 from __future__ import annotations
 
