@@ -64,7 +64,7 @@ def tool_messages(message: Any, index: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     calls = getattr(message, "tool_calls", None)
     if calls:
-        out["tool_calls"] = [_history_call(call, index, j) for j, call in enumerate(calls)]
+        out["tool_calls"] = [_message_call(call, index, j) for j, call in enumerate(calls)]
     call_id = getattr(message, "tool_call_id", None)
     if call_id is not None:
         out["tool_call_id"] = str(call_id)
@@ -74,7 +74,7 @@ def tool_messages(message: Any, index: int) -> dict[str, Any]:
     return out
 
 
-def _history_call(call: Any, index: int, j: int) -> dict[str, Any]:
+def _message_call(call: Any, index: int, j: int) -> dict[str, Any]:
     where = f"messages[{index}].tool_calls[{j}]"
     if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
         raise bad_request(f"{where} must be {{\"id\", \"type\": \"function\", \"function\": "
