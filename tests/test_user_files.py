@@ -20,10 +20,10 @@ from specchat.chat import chatlog as chatlog_mod
 from specchat.chat.chatlog import (
     ChatLog,
     conversation_files,
+    conversation_summaries,
     latest_file,
     load_conversation,
     read_records,
-    summaries,
 )
 from specchat.chat.commands import dispatch
 from specchat.errors import SpecchatError, UsageError
@@ -95,7 +95,7 @@ def test_empty_or_recordless_files_are_never_listed_nor_resumed(home: Path) -> N
     os.utime(good.path, (1, 1))  # the good one is the oldest by time, too
     assert conversation_files() == [good.path]
     assert latest_file() == good.path
-    assert [s.first for s in summaries()] == ["kept"]
+    assert [s.first for s in conversation_summaries()] == ["kept"]
 
 
 # --- 2. a torn last line ---------------------------------------------------------------------

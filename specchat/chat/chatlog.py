@@ -182,7 +182,7 @@ def transcript(conversation: Conversation) -> str:
 
 
 @dataclass
-class Summary:
+class ConversationSummary:
     """One line of `specchat history`."""
 
     path: Path
@@ -192,7 +192,7 @@ class Summary:
     model: str
 
 
-def summaries(limit: int | None = None) -> Iterator[Summary]:
+def conversation_summaries(limit: int | None = None) -> Iterator[ConversationSummary]:
     for path in conversation_files()[:limit]:
         try:
             records = read_records(path)
@@ -201,8 +201,9 @@ def summaries(limit: int | None = None) -> Iterator[Summary]:
         conv = Conversation.from_records(records)
         meta = next((r for r in records if r.get("type") == "meta"), {})
         first = conv.turns[0].user if conv.turns else ""
-        yield Summary(path=path, modified=path.stat().st_mtime, turns=len(conv.turns),
-                      first=" ".join(first.split()), model=str(meta.get("model", "")))
+        yield ConversationSummary(path=path, modified=path.stat().st_mtime,
+                                  turns=len(conv.turns), first=" ".join(first.split()),
+                                  model=str(meta.get("model", "")))
 
 
 def _now() -> str:

@@ -18,7 +18,7 @@ from specchat import fileio
 from specchat.backend.draftstore import clear as clear_store
 from specchat.backend.draftstore import forget_everywhere, tag_of, usage_by_vocabulary
 from specchat.chat import archive
-from specchat.chat.chatlog import read_records, summaries
+from specchat.chat.chatlog import conversation_summaries, read_records
 from specchat.errors import UsageError
 from specchat.paths import draft_store_dir, serve_store_dir
 from specchat.term import output
@@ -46,7 +46,7 @@ def history(
         return
     if limit < 1:
         raise UsageError(f"history --limit {limit}: give at least 1 (how many to list)")
-    rows = list(summaries(limit))
+    rows = list(conversation_summaries(limit))
     if not rows:
         note("no saved conversations yet")
         return
