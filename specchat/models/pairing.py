@@ -53,7 +53,7 @@ def fitting_drafts(target: GgufSummary, target_size: int,
 
 
 @dataclass(frozen=True)
-class Found:
+class FoundDraft:
     """The draft picked for a target, and what the search could not look at in time."""
 
     model: LocalModel | None
@@ -62,8 +62,8 @@ class Found:
 
 
 def find_draft(target_path: Path, *, budget: float = SEARCH_BUDGET,
-               headers: Headers | None = None) -> Found:
-    """The best local draft for the model file at `target_path` (none: Found.model None).
+               headers: Headers | None = None) -> FoundDraft:
+    """The best local draft for the model file at `target_path` (none: FoundDraft.model None).
 
     Cheap where it can be: only files small enough to pay are looked at, and their headers
     come from the memo; at most about `budget` seconds go to reading candidates' headers not
@@ -75,7 +75,7 @@ def find_draft(target_path: Path, *, budget: float = SEARCH_BUDGET,
     models, _ = all_models()
     small = [m for m in models if m.path.resolve() != real and can_pay(target_size, m.size)]
     if not small:  # the usual case costs a few stats: no header is read at all
-        return Found(None, 0, target_size)
+        return FoundDraft(None, 0, target_size)
     headers = headers or Headers()
     try:
         target = headers.summary(real)
@@ -84,7 +84,7 @@ def find_draft(target_path: Path, *, budget: float = SEARCH_BUDGET,
     finally:
         headers.save()
     found = fitting_drafts(target, target_size, judged)
-    return Found(found[0] if found else None, unchecked, target_size)
+    return FoundDraft(found[0] if found else None, unchecked, target_size)
 
 
 def summaries(headers: Headers, models: list[LocalModel], budget: float | None,
