@@ -179,7 +179,7 @@ def test_regen_undo_clear(tmp_path: Path) -> None:
         chat.regen()
 
 
-def test_store_skips_a_torn_last_line(tmp_path: Path) -> None:
+def test_a_chat_log_skips_a_torn_last_line(tmp_path: Path) -> None:
     chatlog = ChatLog(tmp_path / "c.jsonl")
     chatlog.append({"type": "turn", "user": "a", "assistant": "b"})
     with open(chatlog.path, "a") as fh:
