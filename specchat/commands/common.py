@@ -64,5 +64,5 @@ def read_piped() -> bytes:
     try:
         return fileio.read_stream(sys.stdin.buffer, MAX_BYTES, "stdin")
     except fileio.FileIOError as exc:
-        raise UsageError(f"{exc}: a prompt is at most that; attach a file with -f FILE (as "
-                         "large), or pipe less") from None
+        raise UsageError(f"{exc}: a prompt is at most that; pipe the part that matters "
+                         "(head -c, grep, a diff of fewer files)") from None
