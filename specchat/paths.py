@@ -139,8 +139,9 @@ def serve_store_dir() -> Path:
                      override="SPECCHAT_SERVE_STORE_DIR")
 
 
-def input_history_file() -> Path:
-    """Where the chat keeps its input history (the Up-arrow and Ctrl-R lines)."""
+def input_lines_file() -> Path:
+    """Where the chat keeps its input lines (Up-arrow, Ctrl-R): a file named `history`
+    since before that word meant only saved conversations; users' files keep their name."""
     return state_dir() / "history"
 
 

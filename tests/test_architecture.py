@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent / "specchat"
 # own package (chat, serve and bench are peers that never import each other).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("specchat", "specchat.errors", "specchat.paths"),
-    ("specchat.storage",),
+    ("specchat.fileio",),
     ("specchat.engine",),
     ("specchat.llm",),
     ("specchat.models",),

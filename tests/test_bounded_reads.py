@@ -76,7 +76,7 @@ def _returns(call: Callable[[], object], fifo: Path) -> object:
 
 def test_cache_files_that_are_fifos_count_as_missing(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from specchat.models import hfcache, store
+    from specchat.models import cache, hfcache
     from specchat.paths import hub_records_file
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
@@ -91,5 +91,5 @@ def test_cache_files_that_are_fifos_count_as_missing(tmp_path: Path,
     os.mkfifo(hub_records_file())
     assert _returns(hfcache.load_records, hub_records_file()) == {}
     model = tmp_path / "m.gguf"
-    os.mkfifo(store.sidecar_path(model))
-    assert _returns(lambda: store.recorded_sha256(model), store.sidecar_path(model)) is None
+    os.mkfifo(cache.sidecar_path(model))
+    assert _returns(lambda: cache.recorded_sha256(model), cache.sidecar_path(model)) is None

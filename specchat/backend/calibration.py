@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specchat import storage
+from specchat import fileio
 from specchat.engine.cost import MAX_N, CostTable
 from specchat.engine.protocol import LogitsModel
-from specchat.storage import StorageError
+from specchat.fileio import FileIOError
 
 # Every size: costs are not smooth in n (blocks of 4 and 8 rows), so interpolation misleads.
 SIZES = tuple(range(1, 18))
@@ -240,8 +240,8 @@ class CalibrationCache:
         """The whole file as a dict; {} for a missing, unreadable or corrupt one (bounded:
         a device or a FIFO in its place is not read)."""
         try:
-            data = json.loads(storage.read_limited(self.path, storage.SETTINGS_LIMIT))
-        except (OSError, StorageError, ValueError):
+            data = json.loads(fileio.read_limited(self.path, fileio.SETTINGS_LIMIT))
+        except (OSError, FileIOError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
 
@@ -269,8 +269,8 @@ class CalibrationCache:
         data = self.read()
         data[key] = value
         try:
-            storage.atomic_write(self.path, json.dumps(data, indent=1), private=False)
-        except (StorageError, OSError) as exc:
+            fileio.atomic_write(self.path, json.dumps(data, indent=1), private=False)
+        except (FileIOError, OSError) as exc:
             if not self.warned:
                 self.warned = True
                 print(f"specchat: warning: calibration not cached ({exc}); it is measured "
@@ -307,7 +307,7 @@ def save_if_drifted(table: CostTable, path: Path, knobs: dict[str, object],
         return False
     try:
         cache.save(machine_key(path, knobs), table, path.name)
-    except StorageError:
+    except FileIOError:
         return False
     return True
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 from pathlib import Path
 
+from specchat.fileio import FileIOError, make_dirs
 from specchat.llm.ggml import default_threads
 from specchat.paths import cpu_share_dir
-from specchat.storage import StorageError, make_dirs
 
 SLOTS = 32  # processes counted at most; more than this many decoding at once is not a plan
 
@@ -64,7 +65,7 @@ class CpuShare:
                     continue
                 self._held = (slot, fd)
                 return
-        except (OSError, StorageError):
+        except (OSError, FileIOError):
             self.broken = True
 
     def release(self) -> None:
@@ -80,10 +81,13 @@ class CpuShare:
     def _taken(self, slot: int) -> bool:
         """Whether another process holds this slot (a lock we can take is released at once)."""
         try:
-            fd = os.open(self._path(slot), os.O_RDONLY)
+            # Without blocking: a FIFO under a slot's name would wait for a writer for ever.
+            fd = os.open(self._path(slot), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return False  # never created: nobody has used it
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False  # not a slot file: nobody's lock
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return True

@@ -1,7 +1,7 @@
 """The drafting store: earlier prompts and answers, kept on disk for `auto` to draft from.
 
 It holds the user's words, so it is kept like conversations: in the state directory
-(paths.draft_store_dir), 0700 directories and 0600 files, written only through storage.py.
+(paths.draft_store_dir), 0700 directories and 0600 files, written only through fileio.py.
 One directory per vocabulary (vocab_key), since token ids mean text only within one.
 
 Every answer is written as a new immutable segment file (storefile.py) with a unique name,
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specchat import storage
+from specchat import fileio
 from specchat.backend.storefile import Found, SegmentFile, build, encode, load, record_tokens
 from specchat.engine.protocol import common_prefix
 from specchat.engine.suffix import KEY_LEN, SuffixIndex
@@ -51,7 +51,7 @@ STALE_TEMP = 600.0  # seconds after which a temporary file is a crash's leftover
 EVICT_TO = 0.9  # eviction brings the store down to this share of its limit
 MAX_PROMPT = 2048  # prompt tokens kept per record at most (the end of the prompt)
 SAMPLE_TOKENS = 512  # token pieces that fingerprint a vocabulary
-# What storage.atomic_write names its temporary files: the only temporary files deleted here.
+# What fileio.atomic_write names its temporary files: the only temporary files deleted here.
 _TEMP = re.compile(r"\..+\.\d+\.[0-9a-f]+\.tmp")
 _TOLD: set[Path] = set()  # files this process named in a note already (one note each)
 
@@ -156,7 +156,7 @@ class DraftStore:
     # --- writing ---------------------------------------------------------------------------
     def append(self, tokens: Sequence[int], tag: int) -> None:
         """Keep one record (prompt part + answer) as a segment of its own, then tidy up if
-        no other process is doing so. Raises StorageError when it cannot be written."""
+        no other process is doing so. Raises FileIOError when it cannot be written."""
         if not self.writable or not tokens:
             return
         seg = build([(np.asarray(tokens, dtype=np.uint32), self.clock(), tag)], self.vocab,
@@ -166,7 +166,7 @@ class DraftStore:
             with self._lock(wait=False) as held:
                 if held:
                     self._maintain()
-        except storage.StorageError as exc:  # the record is kept; only tidying waits
+        except fileio.FileIOError as exc:  # the record is kept; only tidying waits
             self.warn(f"specchat: note: the drafting store was not tidied: {exc}")
 
     def forget(self, tags: set[int]) -> int:
@@ -184,8 +184,8 @@ class DraftStore:
 
     def _write(self, seg: SegmentFile) -> None:
         name = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}"
-        storage.make_dirs(self.directory, private=True)
-        storage.atomic_write(self.directory / name, encode(seg, self.k), overwrite=False)
+        fileio.make_dirs(self.directory, private=True)
+        fileio.atomic_write(self.directory / name, encode(seg, self.k), overwrite=False)
 
     def _rewrite(self, sources: list[SegmentFile], keep: np.ndarray | None = None) -> None:
         """Replace `sources` by one segment of their records (only those `keep` marks, in
@@ -204,7 +204,7 @@ class DraftStore:
     # --- keeping it small (one process at a time) ---------------------------------------
     @contextlib.contextmanager
     def _lock(self, wait: bool) -> Iterator[bool]:
-        with storage.locked(self.directory / LOCK, wait=wait) as held:
+        with fileio.locked(self.directory / LOCK, wait=wait) as held:
             yield held
 
     def _maintain(self) -> None:
@@ -287,7 +287,7 @@ def _mtime(path: Path) -> float:
 def open_store(n_vocab: int, eog: frozenset[int], token_bytes: Callable[[int], bytes], *,
                enabled: bool, size: str, private: bool,
                root: Path | None = None) -> DraftStore | None:
-    """This vocabulary's store as the options say: None when history drafting is off or
+    """This vocabulary's store as the options say: None when drafting from it is off or
     nothing may be kept; read-only in private mode."""
     from specchat.paths import draft_store_dir
     from specchat.settings.schema import parse_size

@@ -108,9 +108,9 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
     )
     tuned = Tuned(target, draft, target_path, draft_path, settings, calibration)
     try:
-        runtime.drafts = open_store(target.n_vocab, target.eog_tokens, target.token_bytes,
-                                    enabled=settings.draft_history, size=settings.draft_store,
-                                    private=settings.private)
+        runtime.store = open_store(target.n_vocab, target.eog_tokens, target.token_bytes,
+                                   enabled=settings.draft_history, size=settings.draft_store,
+                                   private=settings.private)
         _tune(runtime, tuned)
     except BaseException:
         runtime.close()  # only what was loaded here: reused models stay with their owner

@@ -41,9 +41,9 @@ from specchat.engine.stats import Stats
 from specchat.engine.textdraft import TextVocabs
 from specchat.engine.threads import ThreadGovernor
 from specchat.errors import PromptTooLong, UsageError
+from specchat.fileio import FileIOError
 from specchat.llm.tools import ToolSet
 from specchat.settings.load import LoadSettings
-from specchat.storage import StorageError
 
 if TYPE_CHECKING:
     from specchat.backend.tuning import Tuned
@@ -72,7 +72,7 @@ class Runtime(Backend):
     # switch() calls. None: built by hand, cannot switch.
     reopen: Callable[[LoadSettings, Runtime], Runtime] | None = None
     tuned: Tuned | None = None  # the loaded models as tuning measured them (open_runtime)
-    drafts: DraftSource | None = None  # earlier prompts and answers `auto` drafts from
+    store: DraftSource | None = None  # the drafting store: earlier prompts and answers
     clients: Clients | None = None  # a server's clients, each drafting apart (clients.py)
     # Prompts with tools and grammars for structured answers (None: free text only)
     guides: Guides | None = None
@@ -87,11 +87,11 @@ class Runtime(Backend):
         grammar from options.structure or the tool choice."""
         options = self.effective_options(options)
         draft = self.draft_for(options.spec)
-        history = None
-        if self.drafts is not None and options.spec is Spec.AUTO:
-            history = self.drafts.index(self.target.n_vocab)
+        store_index = None
+        if self.store is not None and options.spec is Spec.AUTO:
+            store_index = self.store.index(self.target.n_vocab)
         hooks = Hooks(auto=self.auto, progress=progress, restore=self._restorer(draft),
-                      governor=self.governor, history=history,
+                      governor=self.governor, history=store_index,
                       constraint=self._constraint(options, tools), vocabs=self.vocabs)
         events = generate(self.target, prompt, options, draft=draft, hooks=hooks)
         if self.governor is None or self.cpu_share is None:
@@ -101,9 +101,9 @@ class Runtime(Backend):
     def kept(self, events: Events, head: Sequence[int]) -> Events:
         """An answer's events; once it is complete (not interrupted), `head` (the part of
         its prompt worth keeping) and the answer go to the drafting store."""
-        if self.drafts is None or not self.drafts.writable:
+        if self.store is None or not self.store.writable:
             return events
-        return self._recording(events, self.drafts, list(head))
+        return self._recording(events, self.store, list(head))
 
     @staticmethod
     def _recording(events: Events, store: DraftSource, head: list[int]) -> Events:
@@ -114,7 +114,7 @@ class Runtime(Backend):
             if isinstance(event, Finished) and event.tokens:
                 try:
                     store.append([*head, *event.tokens], tag_of(event.text))
-                except StorageError as exc:
+                except FileIOError as exc:
                     print(f"specchat: note: the drafting store was not written: {exc}",
                           file=sys.stderr)
 
@@ -133,18 +133,18 @@ class Runtime(Backend):
             return AutoState(target_costs=base.target_costs, draft_costs=base.draft_costs,
                              overhead=base.overhead)
 
-        chats = self.drafts if isinstance(self.drafts, DraftStore) else None
+        chats = self.store if isinstance(self.store, DraftStore) else None
         self.clients = Clients(own_store, fresh_auto, chats)
 
     def for_client(self, client: Client) -> Backend:
         if self.clients is None:
             return self
-        drafts, auto, switched = self.clients.enter(client)
+        store, auto, switched = self.clients.enter(client)
         if switched:  # the cache's prompt is another client's: reusing it would tell them
             for model in (self.target, self.draft):
                 if model is not None:
                     model.truncate(0)
-        return dataclasses.replace(self, drafts=drafts, auto=auto)
+        return dataclasses.replace(self, store=store, auto=auto)
 
     def cancel_when(self, cancelled: Callable[[], bool] | None) -> None:
         for model in (self.target, self.draft):

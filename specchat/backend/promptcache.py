@@ -7,7 +7,7 @@ model state key and the exact token ids, then llama.cpp's opaque state blob, wit
 both. Lookup reads only the headers and picks the entry sharing the longest prefix with the
 new prompt; the model then loads it and cuts it back to that common prefix, so an entry
 serves every prompt that starts the same way, whatever follows. Files are written through
-storage.atomic_write (a killed process leaves no file that looks complete; two processes
+fileio.atomic_write (a killed process leaves no file that looks complete; two processes
 writing the same entry each rename a whole file), a file that fails any check is removed and
 never loaded, and the directory is kept under a size limit by evicting the least recently
 used entries (a hit refreshes the file's mtime).
@@ -18,19 +18,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import struct
 import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import BinaryIO, Protocol, runtime_checkable
 
 import numpy as np
 
 from specchat.engine.protocol import common_prefix
 from specchat.errors import SpecchatError
-from specchat.storage import StorageError, atomic_write, make_dirs
+from specchat.fileio import FileIOError, atomic_write, make_dirs
 
 MAGIC = b"SPECCHAT-KV1"
 SUFFIX = ".kv"
@@ -132,7 +133,7 @@ class PromptCache:
     def _read_blob(self, entry: Entry) -> bytes | None:
         """The state blob, or None (and the file removed) if it fails its CRC."""
         try:
-            with open(entry.path, "rb") as f:
+            with _open_entry(entry.path) as f:
                 f.seek(entry.data_offset)
                 data = f.read()
         except OSError:
@@ -162,7 +163,7 @@ class PromptCache:
         try:
             make_dirs(self.directory, private=True)
             atomic_write(path, data, private=True)
-        except (StorageError, OSError):
+        except (FileIOError, OSError):
             return None  # a cache: a full disk costs speed, never the answer
         self.evict()
         return path
@@ -222,7 +223,7 @@ def _read_header(path: Path, key: str) -> Entry | None:
     """The entry's header and token ids; None for another model's entry, a vanished file, or a
     damaged one (which is removed)."""
     try:
-        with open(path, "rb") as f:
+        with _open_entry(path) as f:
             size = os.fstat(f.fileno()).st_size
             head = f.read(len(MAGIC) + 4)
             if len(head) < len(MAGIC) + 4 or not head.startswith(MAGIC):
@@ -243,6 +244,16 @@ def _read_header(path: Path, key: str) -> Entry | None:
         return None
     return Entry(path, tuple(int(t) for t in ids), offset, int(meta["blob_len"]),
                  int(meta["crc"]))
+
+
+def _open_entry(path: Path) -> BinaryIO:
+    """An entry opened for reading; OSError unless it is a regular file. Opened without
+    blocking: a FIFO under an entry's name would otherwise wait for a writer forever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
+    return os.fdopen(fd, "rb")
 
 
 def _touch(path: Path) -> None:

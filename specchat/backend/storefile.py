@@ -12,7 +12,7 @@ One segment file, little-endian:
     rec_tag    u64[records]    what names it for deletion (draftstore.tag_of)
 
 The header says the counts, the k-gram length, the vocabulary and which segment files this
-one replaces ("covers"). A file is written whole and atomically (storage.atomic_write), read
+one replaces ("covers"). A file is written whole and atomically (fileio.atomic_write), read
 by mmap, and checked before use: a file whose sizes do not add up, or that any read fails
 on, is not a segment. What it contains is still hostile (engine/suffix.py guards lookups).
 
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from specchat import storage
+from specchat import fileio
 from specchat.engine.suffix import SEP, Segment, build_index
 
 MAGIC = b"SPCHDRF1"
@@ -133,22 +133,22 @@ def load(path: Path, k: int, vocab: str) -> Found:
     try:
         mode = os.lstat(path).st_mode
         if not stat.S_ISREG(mode):
-            return Found(None, f"is {storage.file_kind(mode)}, not a segment file")
+            return Found(None, f"is {fileio.file_kind(mode)}, not a segment file")
         # O_NONBLOCK: a FIFO put here after the lstat still cannot block the open.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return Found(None)
     except OSError as exc:
-        return Found(None, f"cannot be read now ({storage.describe(exc)})")
+        return Found(None, f"cannot be read now ({fileio.describe(exc)})")
     try:
         mode, size = os.fstat(fd).st_mode, os.fstat(fd).st_size
         if not stat.S_ISREG(mode):
-            return Found(None, f"is {storage.file_kind(mode)}, not a segment file")
+            return Found(None, f"is {fileio.file_kind(mode)}, not a segment file")
         if size < 12:
             return Found(None, "is not a drafting store segment")
         data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as exc:
-        why = storage.describe(exc) if isinstance(exc, OSError) else str(exc)
+        why = fileio.describe(exc) if isinstance(exc, OSError) else str(exc)
         return Found(None, f"cannot be read now ({why})")
     finally:
         os.close(fd)

@@ -80,7 +80,7 @@ def with_format_note(messages: Sequence[Message], structure: Structure | None,
 
 def uses_tools(messages: Sequence[Mapping[str, Any]], tools: ToolSet | None) -> bool:
     """Whether a conversation needs the tool-aware prompt: tools offered, or tool calls and
-    results in its history."""
+    results among its messages."""
     return bool(tools is not None and tools.offered) or any(
         m.get("role") == "tool" or m.get("tool_calls") for m in messages)
 

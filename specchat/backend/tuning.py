@@ -33,10 +33,10 @@ from specchat.backend.flashattn import choice, measure_flash_attn
 from specchat.engine.auto import AutoState
 from specchat.engine.options import Spec
 from specchat.engine.threads import ThreadGovernor
+from specchat.fileio import FileIOError
 from specchat.llm.ggml import default_threads
 from specchat.paths import calibration_file
 from specchat.settings.load import LoadSettings
-from specchat.storage import StorageError
 
 if TYPE_CHECKING:
     from specchat.llm.model import LlamaModel
@@ -77,7 +77,7 @@ class Calibration:
         """Learnt state is worth keeping, not worth failing an answer over."""
         try:
             self.cache.save_entry(key, value)
-        except StorageError:
+        except FileIOError:
             pass
 
 

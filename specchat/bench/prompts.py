@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from specchat import storage
+from specchat import fileio
 from specchat.engine.options import Structure
 from specchat.errors import UsageError
 from specchat.llm.shapes import ShapeError, schema_text
@@ -49,11 +49,11 @@ def read_input(path: Path, kind: str, *, flag: str = "", missing: str = "") -> s
     usage line naming the file (and its `flag`) and what `kind` of file it should be."""
     label = f"{flag} " if flag else ""
     try:
-        return storage.read_text(path, FILE_LIMIT)
+        return fileio.read_text(path, FILE_LIMIT)
     except FileNotFoundError:
         hint = f"give {kind}, {missing}" if missing else kind
         raise UsageError(f"{label}{path}: no such file ({hint})") from None
-    except storage.StorageError as exc:
+    except fileio.FileIOError as exc:
         raise UsageError(f"{flag + ': ' if flag else ''}{exc}; give {kind}") from None
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specchat import storage
+from specchat import fileio
 from specchat.backend.local import Runtime
 from specchat.bench.prompts import BenchPrompt
 from specchat.engine.drafters import fill_cache
@@ -164,18 +164,18 @@ def teacher_forced(draft: LogitsModel, n_target: int, prompt: Sequence[int],
 
 
 def save(recording: Recording, path: Path) -> None:
-    """Through storage: atomic, private (it holds the prompts' tokens)."""
-    storage.atomic_write(path, json.dumps(recording.to_json(), separators=(",", ":")) + "\n")
+    """Through fileio: atomic, private (it holds the prompts' tokens)."""
+    fileio.atomic_write(path, json.dumps(recording.to_json(), separators=(",", ":")) + "\n")
 
 
 def load(path: Path) -> Recording:
     """A recording file, checked: anything malformed is one usage error naming the file."""
     try:
-        data = json.loads(storage.read_text(path, FILE_LIMIT))
+        data = json.loads(fileio.read_text(path, FILE_LIMIT))
     except FileNotFoundError:
         raise UsageError(f"{path}: no such recording (make one with specchat bench "
                          "--record FILE)") from None
-    except storage.StorageError as exc:
+    except fileio.FileIOError as exc:
         raise UsageError(f"{exc}; give a recording made by `specchat bench --record FILE`") \
             from None
     except (ValueError, RecursionError) as exc:

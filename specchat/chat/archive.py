@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specchat.chat.chatlog import conversation_files, read_records, transcript
 from specchat.chat.conversation import Conversation
-from specchat.chat.store import conversation_files, read_records, transcript
 from specchat.errors import UsageError
 
 LAST = "last"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from specchat import storage
+from specchat import fileio
 from specchat.errors import UsageError
 
 # A sanity cap checked before reading: far beyond any context specchat can load, so the real
@@ -71,10 +71,10 @@ def read_attachment(name: str, stdin: BinaryIO | None = None) -> Attachment:
     try:
         # Bounded, and never a device: `-f` on a link to /dev/zero is refused at once. Pipes
         # are taken (`-f <(git diff)`), up to the same limit.
-        data = storage.read_limited(path, MAX_BYTES, pipes=True)
+        data = fileio.read_limited(path, MAX_BYTES, pipes=True)
     except FileNotFoundError:
         raise UsageError(f"{name}: no such file") from None
-    except storage.StorageError as exc:
+    except fileio.FileIOError as exc:
         raise UsageError(f"{name}: {exc.reason}") from None
     return Attachment(name, _decode(data, name))
 

@@ -65,7 +65,7 @@ def _show(session: ChatSession, arg: str) -> None:
         f"template  {template}{' (fallback)' if info.template_is_fallback else ''}",
         f"context   {_context_line(session)}",
         f"system    {conv.system or '(none)'}",
-        f"saved to  {session.store.path or '(a new file, with the first turn)'} "
+        f"saved to  {session.chatlog.path or '(a new file, with the first turn)'} "
         f"({len(conv.turns)} turns)",
         "options   " + live.show_line(session),
     ]

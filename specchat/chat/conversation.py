@@ -1,8 +1,8 @@
 """What a chat is: a system prompt and a list of turns, and how it becomes a prompt.
 
-The whole history is re-rendered through the chat template every turn, so that the token
+The whole conversation is re-rendered through the chat template every turn, so that the token
 sequence of turn n+1 starts with the tokens of turn n; the engine's prefix reuse then
-evaluates only what is new. When the history no longer fits, the oldest turns are left out of
+evaluates only what is new. When the conversation no longer fits, the oldest turns are left out of
 the prompt (never out of the saved conversation) and the system prompt always stays.
 """
 
@@ -93,7 +93,7 @@ class Conversation:
     def fit(self, pending_user: str, tokenize: Tokenize, n_ctx: int, reserve: int) -> Fitted:
         """Tokens for the next prompt, leaving `reserve` positions for the answer.
 
-        When the history is too long, drop oldest turns until the prompt takes at most half
+        When the conversation is too long, drop oldest turns until the prompt takes at most half
         the context: dropping breaks the cached prefix, so dropping generously means the next
         several turns reuse the cache again instead of each re-evaluating everything.
         """
@@ -133,7 +133,7 @@ class Conversation:
         return self.turns[-1].assistant if self.turns else None
 
     def to_records(self) -> list[dict[str, Any]]:
-        """The state as store records, for /save and for seeding a new file after /load."""
+        """The state as chat log records, for /save and for seeding a new file after /load."""
         records: list[dict[str, Any]] = []
         if self.system:
             records.append({"type": "system", "text": self.system})

@@ -18,7 +18,7 @@ from specchat.paths import config_file
 from specchat.settings import schema
 from specchat.settings.file import save_settings
 from specchat.settings.schema import BY_NAME, GENERATION, OPTIONS, Option, OptionError
-from specchat.settings.structure import format_values, structure_of
+from specchat.settings.structure import format_values, structure_from_options
 
 LIVE: tuple[Option, ...] = tuple(o for o in OPTIONS if o.live)
 _SAMPLING = {f.name for f in dataclasses.fields(schema.SamplingOptions)}
@@ -70,7 +70,8 @@ def apply(session: ChatSession, opt: Option, value: Any) -> None:
         now[opt.name] = value
         if opt.name == "format" and value == "text":
             now["schema"] = None  # /set format text: free text again
-        session.set_options(structure=structure_of(now["format"] or "text", now["schema"]))
+        session.set_options(structure=structure_from_options(now["format"] or "text",
+                                                             now["schema"]))
     else:
         session.set_options(**{opt.name: value})
 

@@ -1,8 +1,7 @@
 """Terminal output of the chat: the streaming answer, the live status line, notes.
 
-On a terminal (stdout and stderr both TTYs, NO_COLOR unset or empty) the answer streams inside a
-rich
-Live region on stderr that shows the tail of the answer plus the status line; when the answer
+On a terminal (stdout and stderr both TTYs, NO_COLOR unset or empty) the answer streams inside
+a rich Live region on stderr that shows the tail of the answer plus the status line; when the answer
 ends the region vanishes and the finished answer is printed once to stdout, as Markdown with
 highlighted code unless --plain. So stdout receives exactly the answer, the status line never
 interleaves with it, and long answers cannot garble the screen (the live part is at most one

@@ -28,12 +28,12 @@ from prompt_toolkit.input import Input
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.output import Output
 
-from specchat import storage
+from specchat import fileio
 from specchat.chat import ending
 from specchat.chat.commands import COMMANDS, ExitChat, dispatch, is_command, lookup
 from specchat.chat.session import ChatSession
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError
-from specchat.storage import StorageError
+from specchat.fileio import FileIOError
 
 PROMPT = ">>> "
 CONTINUATION = "... "
@@ -120,10 +120,11 @@ def _current_text_in_block() -> bool:
     return in_open_block(get_app().current_buffer.text)
 
 
-class KeptHistory(FileHistory):
-    """prompt-toolkit's file history, read bounded and appended through storage (a full disk
-    cuts the record back instead of tearing it); a failure is kept in `problem` for the REPL
-    to say once, never raised into prompt-toolkit (where it would be a traceback)."""
+class KeptInputLines(FileHistory):
+    """The input lines (Up-arrow, Ctrl-R; on disk <state>/history) as prompt-toolkit's file
+    history, read bounded and appended through fileio (a full disk cuts the record back
+    instead of tearing it); a failure is kept in `problem` for the REPL to say once, never
+    raised into prompt-toolkit (where it would be a traceback)."""
 
     LIMIT = 64 << 20  # years of typing; a link to /dev/zero is not read at all
 
@@ -136,8 +137,8 @@ class KeptHistory(FileHistory):
         """prompt-toolkit's format: each entry's lines after a "+", entries apart; newest
         first."""
         try:
-            raw = storage.read_limited(self.path, self.LIMIT)
-        except (OSError, StorageError) as exc:
+            raw = fileio.read_limited(self.path, self.LIMIT)
+        except (OSError, FileIOError) as exc:
             self.problem = str(exc)
             return []
         entries: list[str] = []
@@ -157,27 +158,27 @@ class KeptHistory(FileHistory):
         record = f"\n# {datetime.datetime.now()}\n" + "".join(
             f"+{line}\n" for line in string.split("\n"))
         try:
-            storage.append_bytes(self.path, record.encode("utf-8", errors="replace"))
-        except StorageError as exc:
+            fileio.append_bytes(self.path, record.encode("utf-8", errors="replace"))
+        except FileIOError as exc:
             self.problem = str(exc)
         else:
             self.problem = None
 
 
-def make_prompt(chat: ChatSession, *, history_path: Path | None,
+def make_prompt(chat: ChatSession, *, input_lines: Path | None,
                 input: Input | None = None, output: Output | None = None
                 ) -> PromptSession[str]:
-    history: History = InMemoryHistory()
-    if history_path is not None:
+    lines: History = InMemoryHistory()
+    if input_lines is not None:
         try:
             # prompt-toolkit appends with the umask's mode: the file must exist, private,
             # before it first writes the user's lines there.
-            history = KeptHistory(storage.ensure_file(history_path))
-        except StorageError as exc:
+            lines = KeptInputLines(fileio.ensure_file(input_lines))
+        except FileIOError as exc:
             chat.renderer.note(f"input history not kept ({exc})")
     return PromptSession(
         message=PROMPT, multiline=True, prompt_continuation=CONTINUATION,
-        history=history, completer=SlashCompleter(chat), complete_while_typing=True,
+        history=lines, completer=SlashCompleter(chat), complete_while_typing=True,
         key_bindings=key_bindings(), enable_history_search=False,
         input=input, output=output,
     )

@@ -20,15 +20,15 @@ from specchat.chat.attach import (
     read_attachment,
     token_count,
 )
+from specchat.chat.chatlog import ChatLog, load_conversation, save_copy
 from specchat.chat.conversation import Conversation, Turn
 from specchat.chat.render import Renderer
-from specchat.chat.store import Store, load_conversation, save_copy
 from specchat.chat.tally import Tally
 from specchat.engine.events import Finished, Progress, drain
 from specchat.engine.options import GenerationOptions, OptionError, Spec
 from specchat.engine.protocol import ContextFullError
 from specchat.errors import SpecchatError, UsageError
-from specchat.storage import StorageError, describe
+from specchat.fileio import FileIOError, describe
 from specchat.term.output import OutputError
 
 
@@ -53,7 +53,7 @@ class ChatSession:
     options: GenerationOptions
     renderer: Renderer
     conversation: Conversation = field(default_factory=Conversation)
-    store: Store = field(default_factory=Store)
+    chatlog: ChatLog = field(default_factory=ChatLog)
     errors: ErrorLog = field(default_factory=ErrorLog)
     tally: Tally = field(default_factory=Tally)
     pending: list[Attachment] = field(default_factory=list)  # files for the next message
@@ -76,7 +76,7 @@ class ChatSession:
         return tokens
 
     def ask(self, text: str, attachments: list[Attachment] | None = None) -> Turn | None:
-        """Answer `text` (after any attached files) with the whole history; keep the turn
+        """Answer `text` (after any attached files) with the whole conversation; keep the turn
         (even a partial one)."""
         files = list(self.pending if attachments is None else attachments)
         messages = self._fit(compose(files, text))
@@ -169,9 +169,9 @@ class ChatSession:
         """Start over in a new conversation file; the system prompt is kept."""
         system = self.conversation.system
         self.conversation = Conversation(system=system)
-        self.store = Store(meta=self.store.meta)
+        self.chatlog = ChatLog(meta=self.chatlog.meta)
         if system:
-            self.store.seed(self.conversation)
+            self.chatlog.seed(self.conversation)
 
     def set_system(self, text: str) -> None:
         self.conversation.system = text
@@ -180,12 +180,12 @@ class ChatSession:
     def record(self, record: dict[str, Any]) -> None:
         """Append to the conversation file; a failure is said at once and the chat goes on.
 
-        The record stays pending in the store (and the turn in memory), so it is written with
+        The record stays pending in the chat log (and the turn in memory), so it is written with
         the next record once there is space again, and /save can keep it elsewhere now.
         """
         try:
-            self.store.append(record)
-        except StorageError as exc:
+            self.chatlog.append(record)
+        except FileIOError as exc:
             if not self.unsaved:  # a read-only or full disk is said once, not every turn
                 self.renderer.error(f"not saved: {exc} (the chat goes on; /save FILE keeps "
                                     "it elsewhere)")
@@ -196,7 +196,7 @@ class ChatSession:
     def check_saving(self) -> None:
         """Say at the start, once, when turns cannot be saved (a read-only state directory):
         the chat goes on without saving."""
-        problem = self.store.problem()
+        problem = self.chatlog.problem()
         if problem is not None:
             self.renderer.note(f"turns will not be saved: {problem} (the chat goes on; "
                                "/save FILE keeps a copy elsewhere)")
@@ -206,8 +206,8 @@ class ChatSession:
         """Continue from a saved file; new turns go to a new file, the loaded one stays."""
         conversation = load_conversation(path)
         self.conversation = conversation
-        self.store = Store(meta={**self.store.meta, "loaded_from": str(path)})
-        self.store.seed(conversation)
+        self.chatlog = ChatLog(meta={**self.chatlog.meta, "loaded_from": str(path)})
+        self.chatlog.seed(conversation)
 
     def save(self, path: Path, *, overwrite: bool = False) -> None:
         save_copy(self.conversation, path, overwrite=overwrite)
@@ -230,12 +230,12 @@ class ChatSession:
         self.renderer.draft_name = runtime.info.draft_name
         self.renderer.token_bytes = runtime.token_bytes
         models = {"model": runtime.info.target_name, "draft": runtime.info.draft_name}
-        self.store.meta.update(models)
-        if self.store.started:
-            self.store.append({"type": "models", **models})
+        self.chatlog.meta.update(models)
+        if self.chatlog.started:
+            self.chatlog.append({"type": "models", **models})
 
     def context_use(self) -> tuple[int, int] | None:
-        """Tokens the history takes now (as the next prompt would send it), and n_ctx;
+        """Tokens the conversation takes now (as the next prompt would send it), and n_ctx;
         None for a remote server, whose tokenizer and context are its own."""
         n_ctx = self.runtime.n_ctx
         if n_ctx is None:

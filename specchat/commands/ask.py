@@ -111,7 +111,7 @@ def read_prompt(words: list[str] | None, stdin_free: bool = True, files: bool = 
     result is a usage error unless files were attached (they are the message then)."""
     parts: list[str] = []
     if stdin_free and not sys.stdin.isatty():
-        data = sys.stdin.buffer.read()
+        data = c.read_piped()
         piped = data.decode("utf-8", errors="replace")
         if "\ufffd" in piped and b"\xef\xbf\xbd" not in data:
             print("specchat: warning: stdin is not valid UTF-8; undecodable bytes were "

@@ -25,7 +25,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from specchat import storage
+from specchat import fileio
 from specchat.backend.loading import open_runtime
 from specchat.backend.local import Runtime
 from specchat.backend.promptcache import PromptCache
@@ -297,6 +297,6 @@ def _report(result: BenchResult, modes: list[str], settings: dict[str, Any],
         output.write(document + "\n")
         return
     # Asked for by name, so an existing file is replaced; private, since it holds the
-    # prompts and the answers. A failure is a StorageError: one line.
-    storage.atomic_write(Path(json_file), document + "\n")
+    # prompts and the answers. A failure is a FileIOError: one line.
+    fileio.atomic_write(Path(json_file), document + "\n")
     print(f"specchat: wrote {json_file}", file=sys.stderr)

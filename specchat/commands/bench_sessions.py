@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
-from specchat import storage
+from specchat import fileio
 from specchat.bench import session_report as report
 from specchat.bench.peer import ChatCompletionPeer
 from specchat.bench.runner import parse_modes
@@ -53,7 +53,7 @@ def bench_sessions(file: Path | None, categories: str | None, limit: int | None,
                       f"{rate:.1f} tok/s", highlight=False)
 
     with tempfile.TemporaryDirectory(prefix="specchat-sessions-") as work:
-        storage.make_dirs(Path(work), private=True)  # the stores hold the sessions' words
+        fileio.make_dirs(Path(work), private=True)  # the stores hold the sessions' words
         try:
             outcomes = run_sessions(sessions, mode_list, launch, Path(work), via=via,
                                     peer=plain, listener=heard)
@@ -70,7 +70,7 @@ def bench_sessions(file: Path | None, categories: str | None, limit: int | None,
         if json_file == "-":
             output.write(text + "\n")
         else:
-            storage.atomic_write(Path(json_file), text + "\n")
+            fileio.atomic_write(Path(json_file), text + "\n")
             print(f"specchat: wrote {json_file}", file=sys.stderr)
 
 

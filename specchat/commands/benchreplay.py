@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from specchat import storage
+from specchat import fileio
 from specchat.backend.loading import open_runtime
 from specchat.bench import profiles
 from specchat.bench import prompts as bp
@@ -78,7 +78,7 @@ def replay_command(profile_name: str | None, recording_name: str | None,
         if json_file == "-":
             output.write(document)
         else:
-            storage.atomic_write(Path(json_file), document, private=False)
+            fileio.atomic_write(Path(json_file), document, private=False)
             print(f"specchat: wrote {json_file}", file=sys.stderr)
 
 

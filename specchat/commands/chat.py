@@ -1,4 +1,5 @@
-"""`specchat chat` (the REPL, or one answer when stdin is piped) and `specchat history`."""
+"""`specchat chat`: the REPL, or one answer when stdin is piped (`specchat history` is
+commands/history.py)."""
 
 from __future__ import annotations
 
@@ -11,23 +12,23 @@ from typing import Annotated, Optional, TextIO
 import typer
 from prompt_toolkit.output import Output, create_output
 
-from specchat import storage
+from specchat import fileio
 from specchat.backend.base import Backend
 from specchat.backend.loading import open_runtime
 from specchat.chat import ending, repl
 from specchat.chat.attach import Attachment, measure, read_files
+from specchat.chat.chatlog import ChatLog, PrivateChatLog, latest_file, load_conversation
 from specchat.chat.conversation import Conversation
 from specchat.chat.render import RenderConfig, Renderer
 from specchat.chat.session import ChatSession, ErrorLog
-from specchat.chat.store import PrivateStore, Store, latest_file, load_conversation
 from specchat.commands import common as c
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
-from specchat.paths import input_history_file, logs_dir
+from specchat.fileio import FileIOError
+from specchat.paths import input_lines_file, logs_dir
 from specchat.settings.file import Settings
 from specchat.settings.flags import with_options
 from specchat.settings.load import LoadSettings
-from specchat.storage import StorageError
 
 
 def register(app: typer.Typer) -> None:
@@ -55,17 +56,17 @@ def chat(
         raise UsageError("-f - takes stdin, which then holds no question: use "
                          "`specchat ask -f - \"question\"` for that")
     attached = read_files(files or [])
-    question = sys.stdin.buffer.read().decode("utf-8", errors="replace") if piped else ""
+    question = c.read_piped().decode("utf-8", errors="replace") if piped else ""
     if piped and not question.strip():
         return  # `specchat chat < /dev/null`: nothing asked, nothing to do
-    conversation, store = pick_conversation(continue_, load)  # a bad file fails before loading
+    conversation, chatlog = pick_conversation(continue_, load)  # a bad file fails before loading
     if private:  # nothing of what is asked or answered is written (settings/schema.py)
-        store = PrivateStore(meta=store.meta)
+        chatlog = PrivateChatLog(meta=chatlog.meta)
     try:
         backend: Backend = c.open_remote(settings, options) if settings["endpoint"] else \
             open_runtime(LoadSettings.from_settings(settings, quiet=piped))
         with backend as runtime, ending.installed():
-            session = make_session(runtime, options, conversation, store, errors,
+            session = make_session(runtime, options, conversation, chatlog, errors,
                                    plain=settings["plain"], show_draft=settings["show_draft"])
             apply_system(session, settings["system"])
             attach(session, attached)
@@ -81,31 +82,31 @@ def chat(
         sys.exit(code)
 
 
-def pick_conversation(continue_: bool, load: Path | None) -> tuple[Conversation, Store]:
+def pick_conversation(continue_: bool, load: Path | None) -> tuple[Conversation, ChatLog]:
     """--continue appends to the last file; --load starts a new file from the given one."""
     if continue_:
         path = latest_file()
         if path is None:
             raise UsageError("no saved conversation to continue (specchat history lists them)")
-        return load_conversation(path), Store(path)
+        return load_conversation(path), ChatLog(path)
     if load is not None:
         conversation = load_conversation(load)
-        store = Store(meta={"loaded_from": str(load)})
-        store.seed(conversation)
-        return conversation, store
-    return Conversation(), Store()
+        chatlog = ChatLog(meta={"loaded_from": str(load)})
+        chatlog.seed(conversation)
+        return conversation, chatlog
+    return Conversation(), ChatLog()
 
 
 def make_session(runtime: Backend, options: GenerationOptions, conversation: Conversation,
-                 store: Store, errors: ErrorLog, *, plain: bool, show_draft: bool
+                 chatlog: ChatLog, errors: ErrorLog, *, plain: bool, show_draft: bool
                  ) -> ChatSession:
     config = RenderConfig.detect(sys.stdout, sys.stderr, plain=plain, show_draft=show_draft)
     renderer = Renderer(config, sys.stdout, sys.stderr, draft_name=runtime.info.draft_name,
                         token_bytes=runtime.token_bytes)
-    store.meta.update({"model": runtime.info.target_name, "draft": runtime.info.draft_name})
+    chatlog.meta.update({"model": runtime.info.target_name, "draft": runtime.info.draft_name})
     options = runtime.effective_options(options)
     return ChatSession(runtime=runtime, options=options, renderer=renderer,
-                       conversation=conversation, store=store, errors=errors, plain=plain,
+                       conversation=conversation, chatlog=chatlog, errors=errors, plain=plain,
                        wants_show_draft=show_draft)
 
 
@@ -129,11 +130,11 @@ def apply_system(session: ChatSession, system: str | None) -> None:
     """--system replaces the conversation's; recorded only when it changes something."""
     if system is None or system == session.conversation.system:
         return
-    if session.store.started:
+    if session.chatlog.started:
         session.set_system(system)
     else:
         session.conversation.system = system
-        session.store.seed(session.conversation)  # written with the first turn
+        session.chatlog.seed(session.conversation)  # written with the first turn
 
 
 def one_shot(session: ChatSession, question: str) -> int:
@@ -154,7 +155,7 @@ def interactive(session: ChatSession, private: bool = False) -> int:
     session.renderer.dim(f"specchat · {model} · {how} · /help for commands · Ctrl-D leaves")
     session.check_saving()
     prompt = repl.make_prompt(session, output=_prompt_output(),
-                              history_path=None if private else input_history_file())
+                              input_lines=None if private else input_lines_file())
     return repl.run(session, prompt)
 
 
@@ -170,9 +171,9 @@ def open_error_log() -> ErrorLog:
     logs = logs_dir()
     try:
         # Created private and exclusive first: logging would create it with the umask's mode.
-        path = storage.create_unique(logs, time.strftime("specchat-%Y%m%d-%H%M%S"), ".log")
+        path = fileio.create_unique(logs, time.strftime("specchat-%Y%m%d-%H%M%S"), ".log")
         handler = logging.FileHandler(path, encoding="utf-8")
-    except (OSError, StorageError) as exc:
+    except (OSError, FileIOError) as exc:
         print(f"specchat: cannot open a log file in {logs}: {exc}", file=sys.stderr)
         return ErrorLog()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

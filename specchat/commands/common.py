@@ -1,15 +1,18 @@
-"""What `ask`, `chat` and `bench` share: which options they take, and turning resolved
-settings into the engine's options and a remote backend.
+"""What `ask`, `chat` and `bench` share: which options they take, turning resolved settings
+into the engine's options and a remote backend, and reading a piped prompt.
 
 The options themselves are declared once, in specchat/settings/schema.py.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from specchat import fileio
+from specchat.chat.attach import MAX_BYTES
 from specchat.engine.options import GenerationOptions
 from specchat.errors import UsageError
 from specchat.settings.file import Settings
@@ -19,7 +22,7 @@ from specchat.settings.schema import (
     GENERATION,
     MODEL,
     REMOTE,
-    STORE,
+    RETENTION,
     generation_options,
     group,
 )
@@ -32,8 +35,8 @@ FilesFlag = Annotated[Optional[list[str]], typer.Option(
     help="Put this file's text in the message, before the prompt (repeatable; - reads "
     "stdin).")]
 
-ASK_OPTIONS = group(MODEL, GENERATION, ASK, REMOTE, STORE)
-CHAT_OPTIONS = group(MODEL, GENERATION, CHAT, REMOTE, STORE)
+ASK_OPTIONS = group(MODEL, GENERATION, ASK, REMOTE, RETENTION)
+CHAT_OPTIONS = group(MODEL, GENERATION, CHAT, REMOTE, RETENTION)
 
 
 def options_from(settings: Settings) -> GenerationOptions:
@@ -53,3 +56,13 @@ def open_remote(settings: Settings, options: GenerationOptions) -> RemoteRuntime
                          "speculates (specchat serve --spec MODE)")
     return RemoteRuntime(settings["endpoint"], settings.get("api_key"), settings.get("model"),
                          options, timeout=settings["timeout"])
+
+
+def read_piped() -> bytes:
+    """The prompt piped on stdin, at most what one attachment may be (`ask < /dev/zero` is
+    one line, not all the memory); a larger one is a usage error saying what to do."""
+    try:
+        return fileio.read_stream(sys.stdin.buffer, MAX_BYTES, "stdin")
+    except fileio.FileIOError as exc:
+        raise UsageError(f"{exc}: a prompt is at most that; pipe the part that matters "
+                         "(head -c, grep, a diff of fewer files)") from None

@@ -14,11 +14,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from specchat import storage
+from specchat import fileio
 from specchat.backend.draftstore import clear as clear_store
 from specchat.backend.draftstore import forget_everywhere, tag_of, usage_by_vocabulary
 from specchat.chat import archive
-from specchat.chat.store import read_records, summaries
+from specchat.chat.chatlog import conversation_summaries, read_records
 from specchat.errors import UsageError
 from specchat.paths import draft_store_dir, serve_store_dir
 from specchat.term import output
@@ -46,7 +46,7 @@ def history(
         return
     if limit < 1:
         raise UsageError(f"history --limit {limit}: give at least 1 (how many to list)")
-    rows = list(summaries(limit))
+    rows = list(conversation_summaries(limit))
     if not rows:
         note("no saved conversations yet")
         return
@@ -95,11 +95,11 @@ def rm(ident: Ident,
     try:
         path.unlink()
     except OSError as exc:
-        raise UsageError(f"cannot delete {path}: {storage.describe(exc)}") from None
+        raise UsageError(f"cannot delete {path}: {fileio.describe(exc)}") from None
     note(f"deleted {path.stem}")
     try:
         forgotten = forget_everywhere(tags)
-    except (OSError, storage.StorageError) as exc:
+    except (OSError, fileio.FileIOError) as exc:
         note(f"specchat: its answers are still in the drafting store ({exc}): "
              "`specchat history store --clear` removes them all")
         raise typer.Exit(1) from None
@@ -173,7 +173,7 @@ def export(
         output.write(text)
         return
     try:
-        storage.atomic_write(to, text, overwrite=force)
+        fileio.atomic_write(to, text, overwrite=force)
     except FileExistsError:
         raise UsageError(f"{to} exists: pass --force to replace it") from None
     note(f"wrote {to}")

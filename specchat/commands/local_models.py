@@ -11,7 +11,7 @@ from typing import Any
 from specchat.llm.vocab import prints_compatible
 from specchat.models.headers import Headers
 from specchat.models.inventory import all_models
-from specchat.models.pairing import PROJECTOR_ARCHS, drafts_for, summaries
+from specchat.models.pairing import PROJECTOR_ARCHS, fitting_drafts, summaries
 from specchat.models.progress import human_size
 from specchat.term import output
 from specchat.term.safe import note
@@ -46,7 +46,7 @@ def local_rows() -> list[dict[str, Any]]:
             drafts = [m.name for m, s in sorted(judged, key=lambda ms: ms[0].size)
                       if m.size < model.size and s.arch not in PROJECTOR_ARCHS
                       and prints_compatible(summary.vocab, s.vocab)]
-            picked = drafts_for(summary, model.size, judged)
+            picked = fitting_drafts(summary, model.size, judged)
             found = picked[0].name if picked else None
         rows.append({"source": model.source, "name": model.name, "path": str(model.path),
                      "size": model.size, "arch": summary.arch if summary else None,

@@ -23,11 +23,11 @@ from specchat.models import (
     preset_file,
     preset_present,
 )
+from specchat.models.cache import recorded_sha256
 from specchat.models.hfcache import cached_gguf_files
 from specchat.models.local import is_local_name
 from specchat.models.progress import human_size
 from specchat.models.resolve import hub_ref_or_none
-from specchat.models.store import recorded_sha256
 from specchat.paths import hub_cache_dir
 from specchat.term import output
 from specchat.term.safe import note, visible

@@ -15,9 +15,9 @@ from specchat.errors import UsageError
 from specchat.settings.file import Settings
 from specchat.settings.flags import with_options
 from specchat.settings.load import LoadSettings
-from specchat.settings.schema import GENERATION, MODEL, SERVER, STORE, group, parse_size
+from specchat.settings.schema import GENERATION, MODEL, RETENTION, SERVER, group, parse_size
 
-SERVE_OPTIONS = (*group(MODEL, GENERATION, SERVER, STORE), "api_key")
+SERVE_OPTIONS = (*group(MODEL, GENERATION, SERVER, RETENTION), "api_key")
 KEY_FILE_LIMIT = 1 << 20  # bytes of --api-key-file read at most
 
 
@@ -77,22 +77,22 @@ def _drafting(settings: Settings) -> tuple[LoadSettings, Path | None]:
     --draft-from-chats, and read only; --private keeps nothing and reads nothing."""
     from specchat.paths import serve_store_dir
 
-    private, history = bool(settings["private"]), bool(settings["draft_history"])
+    private, from_store = bool(settings["private"]), bool(settings["draft_history"])
     chats = bool(settings["draft_from_chats"])
     if chats and private:
         raise UsageError("--draft-from-chats reads your chats' drafting store and --private "
                          "says nothing is read or written: use one of them")
     load = dataclasses.replace(LoadSettings.from_settings(settings),
-                               draft_history=chats and history, private=True)
-    kept = history and not private and parse_size(settings["draft_store"]) > 0
+                               draft_history=chats and from_store, private=True)
+    kept = from_store and not private and parse_size(settings["draft_store"]) > 0
     return load, serve_store_dir() if kept else None
 
 
 def _key_file(name: str | None) -> tuple[str, ...]:
     """The API keys in --api-key-file, one a line (blank lines and # comments skipped);
     a key is never shown in an error, not even a wrong one."""
+    from specchat.fileio import FileIOError, read_limited
     from specchat.settings.schema import BY_NAME
-    from specchat.storage import StorageError, read_limited
 
     if name is None:
         return ()
@@ -100,7 +100,7 @@ def _key_file(name: str | None) -> tuple[str, ...]:
         text = read_limited(Path(name).expanduser(), KEY_FILE_LIMIT).decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"--api-key-file {name}: no such file") from None
-    except (StorageError, UnicodeDecodeError) as exc:
+    except (FileIOError, UnicodeDecodeError) as exc:
         raise UsageError(f"--api-key-file {name}: cannot be read as text ({exc})") from None
     keys = []
     for number, line in enumerate(text.splitlines(), 1):

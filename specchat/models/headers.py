@@ -2,7 +2,7 @@
 once per file and kept: reading one costs ~0.3 s (its whole vocabulary), which fifty local
 models would make a 15-second start. An entry is keyed by the file's resolved path, size,
 mtime and inode, so a file replaced or rewritten is read again. The memo is specchat's own
-file (storage.py writes it); a damaged one is only a slower start.
+file (fileio.py writes it); a damaged one is only a slower start.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specchat import storage
+from specchat import fileio
 from specchat.errors import ModelError, SpecchatError
 from specchat.llm.gguf import GgufSummary
 from specchat.llm.vocab import VocabPrint
@@ -74,9 +74,9 @@ class Headers:
             return
         kept = {p: e for p, e in self.entries.items() if os.path.exists(p)}
         try:
-            storage.atomic_write(self.memo, json.dumps({"version": VERSION, "files": kept}),
+            fileio.atomic_write(self.memo, json.dumps({"version": VERSION, "files": kept}),
                                  private=False)
-        except storage.StorageError:
+        except fileio.FileIOError:
             pass
         self.changed = False
 
@@ -88,8 +88,8 @@ def _stamp(path: Path) -> str:
 
 def _load(memo: Path) -> dict[str, Any]:
     try:
-        data = json.loads(storage.read_limited(memo, MEMO_LIMIT))
-    except (OSError, ValueError, storage.StorageError):
+        data = json.loads(fileio.read_limited(memo, MEMO_LIMIT))
+    except (OSError, ValueError, fileio.FileIOError):
         return {}
     if not isinstance(data, dict) or data.get("version") != VERSION:
         return {}

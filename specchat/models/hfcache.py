@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from specchat import storage
+from specchat import fileio
 from specchat.errors import UsageError
 from specchat.models.hfref import GgufGroup, HfRef, available_quants, choose, group_files
 from specchat.paths import hub_cache_dir, hub_records_file
@@ -51,8 +51,8 @@ def _snapshots(repo: str, revision: str) -> list[Path]:
 
 def _read_ref(root: Path, revision: str) -> str | None:
     try:
-        return storage.read_text(root / "refs" / revision, REF_LIMIT).strip()
-    except (OSError, storage.StorageError):  # a FIFO or a device there is no commit either
+        return fileio.read_text(root / "refs" / revision, REF_LIMIT).strip()
+    except (OSError, fileio.FileIOError):  # a FIFO or a device there is no commit either
         return None
 
 
@@ -117,8 +117,8 @@ def _recorded(ref: HfRef) -> Path | None:
 
 def load_records() -> dict[str, object]:
     try:
-        data = json.loads(storage.read_text(hub_records_file(), storage.SETTINGS_LIMIT))
-    except (OSError, ValueError, RecursionError, storage.StorageError):
+        data = json.loads(fileio.read_text(hub_records_file(), fileio.SETTINGS_LIMIT))
+    except (OSError, ValueError, RecursionError, fileio.FileIOError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -128,9 +128,9 @@ def record(ref: HfRef, commit: str, group: GgufGroup) -> None:
     records = load_records()
     records[ref.key] = {"ref": str(ref), "commit": commit, "files": list(group.files)}
     try:
-        storage.atomic_write(hub_records_file(), json.dumps(records, indent=1, sort_keys=True),
+        fileio.atomic_write(hub_records_file(), json.dumps(records, indent=1, sort_keys=True),
                              private=False)
-    except storage.StorageError:
+    except fileio.FileIOError:
         pass
 
 

@@ -14,8 +14,9 @@ import re
 import shutil
 from pathlib import Path
 
-from specchat import storage
+from specchat import fileio
 from specchat.errors import DownloadError
+from specchat.models.cache import DISK_MARGIN
 from specchat.models.hfcache import cached_quants, record, repo_dir, resolve_cached
 from specchat.models.hfref import GgufGroup, HfRef, choose, group_files
 from specchat.models.hub import (
@@ -27,7 +28,6 @@ from specchat.models.hub import (
     stream,
 )
 from specchat.models.progress import human_size, say
-from specchat.models.store import DISK_MARGIN
 from specchat.paths import hub_cache_dir
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -90,7 +90,7 @@ def _choose_remote(ref: HfRef) -> tuple[str, GgufGroup, dict[str, str]]:
 
 def _check_disk(ref: HfRef, group: GgufGroup) -> None:
     folder = hub_cache_dir()
-    storage.make_dirs(folder, private=False)
+    fileio.make_dirs(folder, private=False)
     try:
         free = shutil.disk_usage(folder).free
     except OSError:
@@ -110,8 +110,8 @@ def download_file(ref: HfRef, commit: str, name: str, *, quiet: bool,
     remote = remote_file(ref.repo, name, commit)
     blob = repo_dir(ref.repo) / "blobs" / remote.etag
     lock = hub_cache_dir() / ".locks" / repo_dir(ref.repo).name / f"{remote.etag}.lock"
-    storage.make_dirs(lock.parent, private=False)
-    storage.make_dirs(blob.parent, private=False)
+    fileio.make_dirs(lock.parent, private=False)
+    fileio.make_dirs(blob.parent, private=False)
     with WeakFileLock(lock):
         if not blob.is_file():
             stream(remote.url, blob, remote.size, name, quiet=quiet,
@@ -125,7 +125,7 @@ def _link_snapshot(repo: str, commit: str, name: str, blob: Path) -> Path:
     """snapshots/COMMIT/NAME -> ../../blobs/ETAG, a relative link as huggingface_hub makes
     (a hard link where the file system has no symbolic ones)."""
     pointer = repo_dir(repo) / "snapshots" / commit / name
-    storage.make_dirs(pointer.parent, private=False)
+    fileio.make_dirs(pointer.parent, private=False)
     if pointer.is_file() and pointer.resolve() == blob.resolve():
         return pointer
     temporary = pointer.with_name(f".{pointer.name}.{os.getpid()}.link")
@@ -139,7 +139,7 @@ def _link_snapshot(repo: str, commit: str, name: str, blob: Path) -> Path:
     except OSError as exc:
         temporary.unlink(missing_ok=True)
         raise DownloadError(f"cannot link {name} into {pointer.parent}: "
-                            f"{storage.describe(exc)}") from None
+                            f"{fileio.describe(exc)}") from None
     return pointer
 
 
@@ -148,7 +148,7 @@ def _write_ref(ref: HfRef, commit: str) -> None:
     if ref.revision == commit:
         return
     try:
-        storage.atomic_write(repo_dir(ref.repo) / "refs" / ref.revision, commit, private=False)
-    except storage.StorageError:
+        fileio.atomic_write(repo_dir(ref.repo) / "refs" / ref.revision, commit, private=False)
+    except fileio.FileIOError:
         pass
 

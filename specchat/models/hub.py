@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
-from specchat import storage
+from specchat import fileio
 from specchat.errors import DownloadError, UsageError
 from specchat.models.progress import Reporter, human_size, make_reporter, say
 
@@ -167,7 +167,7 @@ def stream(url: str, dest: Path, size: int | None, name: str, *, quiet: bool,
     except DownloadError:
         raise
     except Exception as exc:  # noqa: BLE001 - the partial file stays for the next try
-        reason = storage.describe(exc) if isinstance(exc, OSError) else \
+        reason = fileio.describe(exc) if isinstance(exc, OSError) else \
             (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise DownloadError(f"download of {name} stopped: {reason}; run the same command "
                             f"again to resume") from None

@@ -1,7 +1,7 @@
 """Files in the model folders of other tools (ollama, LM Studio, llama.cpp), read as hostile
 input: opened in place, never copied or written, and refused in one line when they lead out of
 their folder, are not regular files (a FIFO nobody writes to would hang the start), or are not
-GGUF. Only the first bytes of a model file are read here; a manifest through storage's
+GGUF. Only the first bytes of a model file are read here; a manifest through fileio's
 bounded reader.
 """
 
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.errors import UsageError
+from specchat.fileio import describe, file_kind
 from specchat.llm.gguf import GGUF_MAGIC, gguf_parts
-from specchat.storage import describe, file_kind
 
 # safetensors starts with an 8-byte header length, then the JSON header itself.
 _SAFETENSORS_JSON = b"{"

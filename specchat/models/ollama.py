@@ -1,10 +1,10 @@
-"""ollama's model store, read in place: `-m ollama:qwen2.5-coder:7b`.
+"""ollama's model folder, read in place: `-m ollama:qwen2.5-coder:7b`.
 
 Layout: <root>/manifests/<registry>/<namespace>/<model>/<tag> is a JSON manifest whose layer
 of media type application/vnd.ollama.image.model names the weights by digest, stored as
 <root>/blobs/sha256-<hex>. `model[:tag]` is in the `library` namespace of any registry,
 `user/model[:tag]` in that namespace, `registry/namespace/model[:tag]` exactly; no tag means
-`latest`. A manifest is read through storage's bounded reader; its digest must be a sha256
+`latest`. A manifest is read through fileio's bounded reader; its digest must be a sha256
 (so it cannot name a path), and the blob must be a regular GGUF file inside the root.
 """
 
@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from specchat import storage
+from specchat import fileio
 from specchat.models.localfiles import (
     LocalModel,
     LocalSourceError,
@@ -108,8 +108,8 @@ def _model_blob(root: Path, manifest: Path, what: str) -> tuple[Path, int]:
     """The model layer's blob named by `manifest`, checked: (path, size)."""
     inside(root, manifest, what)
     try:
-        data = json.loads(storage.read_limited(manifest, MANIFEST_LIMIT))
-    except storage.StorageError as exc:
+        data = json.loads(fileio.read_limited(manifest, MANIFEST_LIMIT))
+    except fileio.FileIOError as exc:
         raise LocalSourceError(f"{what}: manifest {manifest} {exc.reason}") from None
     except (OSError, ValueError):
         raise LocalSourceError(f"{what}: manifest {manifest} is not JSON") from None

@@ -43,8 +43,8 @@ def can_pay(target_size: int, draft_size: int) -> bool:
     return state.draft_model_can_pay(_MAX_K)
 
 
-def drafts_for(target: GgufSummary, target_size: int,
-               candidates: list[tuple[LocalModel, GgufSummary]]) -> list[LocalModel]:
+def fitting_drafts(target: GgufSummary, target_size: int,
+                   candidates: list[tuple[LocalModel, GgufSummary]]) -> list[LocalModel]:
     """The candidates that can draft for the target, best first."""
     fit = [model for model, summary in candidates
            if summary.arch not in PROJECTOR_ARCHS and can_pay(target_size, model.size)
@@ -53,7 +53,7 @@ def drafts_for(target: GgufSummary, target_size: int,
 
 
 @dataclass(frozen=True)
-class Found:
+class FoundDraft:
     """The draft picked for a target, and what the search could not look at in time."""
 
     model: LocalModel | None
@@ -62,8 +62,8 @@ class Found:
 
 
 def find_draft(target_path: Path, *, budget: float = SEARCH_BUDGET,
-               headers: Headers | None = None) -> Found:
-    """The best local draft for the model file at `target_path` (none: Found.model None).
+               headers: Headers | None = None) -> FoundDraft:
+    """The best local draft for the model file at `target_path` (none: FoundDraft.model None).
 
     Cheap where it can be: only files small enough to pay are looked at, and their headers
     come from the memo; at most about `budget` seconds go to reading candidates' headers not
@@ -75,7 +75,7 @@ def find_draft(target_path: Path, *, budget: float = SEARCH_BUDGET,
     models, _ = all_models()
     small = [m for m in models if m.path.resolve() != real and can_pay(target_size, m.size)]
     if not small:  # the usual case costs a few stats: no header is read at all
-        return Found(None, 0, target_size)
+        return FoundDraft(None, 0, target_size)
     headers = headers or Headers()
     try:
         target = headers.summary(real)
@@ -83,8 +83,8 @@ def find_draft(target_path: Path, *, budget: float = SEARCH_BUDGET,
         judged, unchecked = summaries(headers, small, budget)
     finally:
         headers.save()
-    found = drafts_for(target, target_size, judged)
-    return Found(found[0] if found else None, unchecked, target_size)
+    found = fitting_drafts(target, target_size, judged)
+    return FoundDraft(found[0] if found else None, unchecked, target_size)
 
 
 def summaries(headers: Headers, models: list[LocalModel], budget: float | None,

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from specchat.errors import UsageError
+from specchat.fileio import SETTINGS_LIMIT, FileIOError, read_limited
 from specchat.models.hfref import parse_ref
 from specchat.paths import user_models_file
-from specchat.storage import SETTINGS_LIMIT, StorageError, read_limited
 
 DEFAULT_TARGET: str = "qwen2.5-coder-1.5b"
 ROLES: tuple[str, ...] = ("target", "draft", "test")
@@ -93,7 +93,7 @@ def load_presets() -> dict[str, Preset]:
         text = read_limited(user, SETTINGS_LIMIT).decode("utf-8")
     except FileNotFoundError:
         text = None
-    except StorageError as exc:
+    except FileIOError as exc:
         raise UsageError(str(exc)) from None
     except UnicodeDecodeError as exc:
         raise UsageError(f"{user}: cannot read: {exc}") from None

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specchat.errors import ModelError, UsageError
-from specchat.models import store
+from specchat.models import cache
 from specchat.models.download import pull_preset
 from specchat.models.hfcache import repo_dir, resolve_cached
 from specchat.models.hffetch import resolve_ref
@@ -49,17 +49,17 @@ def resolve_model(name: str, *, pull: bool = True, quiet: bool = False) -> Path:
         return resolve_local(name)
     ref = hub_ref_or_none(name, presets)
     if ref is not None:
-        return store.check_gguf(resolve_ref(ref, pull=pull, quiet=quiet))
+        return cache.check_gguf(resolve_ref(ref, pull=pull, quiet=quiet))
     preset = _preset_or_none(name, presets)
     if preset is None:
-        return store.check_gguf(Path(name).expanduser())
+        return cache.check_gguf(Path(name).expanduser())
     if preset_present(preset):
         return preset_file(preset)
     if not pull:
-        path = store.model_path(preset)
+        path = cache.model_path(preset)
         if preset.hf is None and path.is_file():
             raise ModelError(f"model file {path} is incomplete ({path.stat().st_size} bytes, "
-                             f"expected {store.expected_size(preset)}): run `specchat pull "
+                             f"expected {cache.expected_size(preset)}): run `specchat pull "
                              f"{name}` to fetch it again")
         raise ModelError(f"model '{name}' is not downloaded yet; run `specchat pull {name}`")
     return fetch_preset(preset, quiet=quiet)
@@ -92,7 +92,7 @@ def default_draft_for(name: str) -> str | None:
 def preset_file(preset: Preset) -> Path:
     """Where the preset's file is once downloaded (whether or not it is there yet)."""
     if preset.hf is None:
-        return store.model_path(preset)
+        return cache.model_path(preset)
     ref = require_ref(preset.hf)
     return resolve_cached(ref) or repo_dir(ref.repo) / preset.filename
 
@@ -100,7 +100,7 @@ def preset_file(preset: Preset) -> Path:
 def preset_present(preset: Preset) -> bool:
     """Whether the preset's file is complete on disk."""
     if preset.hf is None:
-        return store.is_present(preset)
+        return cache.is_present(preset)
     return resolve_cached(require_ref(preset.hf)) is not None
 
 

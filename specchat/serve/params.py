@@ -19,7 +19,12 @@ from specchat.errors import UsageError
 from specchat.llm.tools import ToolSet
 from specchat.serve.errors import bad_request
 from specchat.serve.schemas import ChatRequest, CompletionRequest, GenerationFields
-from specchat.serve.structured import logit_bias_of, structure_of, tool_messages, toolset_of
+from specchat.serve.structured import (
+    logit_bias_of,
+    structure_from_request,
+    tool_messages,
+    toolset_from_request,
+)
 from specchat.settings.schema import BY_NAME, OptionError, generation_options
 
 Body = TypeVar("Body", bound=BaseModel)
@@ -143,7 +148,7 @@ def completion_text(request: CompletionRequest) -> str | list[int]:
 
 
 def request_tools(request: ChatRequest) -> ToolSet | None:
-    return toolset_of(request.tools, request.tool_choice, request.parallel_tool_calls)
+    return toolset_from_request(request.tools, request.tool_choice, request.parallel_tool_calls)
 
 
 def request_options(request: GenerationFields, defaults: Mapping[str, Any]
@@ -167,7 +172,8 @@ def request_options(request: GenerationFields, defaults: Mapping[str, Any]
         options = generation_options(values)
     except UsageError as exc:
         raise bad_request(str(exc).removeprefix("invalid option: ")) from None
-    structure = structure_of(request.response_format, request.json_schema, request.grammar)
+    structure = structure_from_request(request.response_format, request.json_schema,
+                                       request.grammar)
     return options.with_values(
         structure=structure or (None if _shapes(request) else options.structure),
         logit_bias=logit_bias_of(request.logit_bias), logprobs=_logprobs(request))

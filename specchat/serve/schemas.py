@@ -2,8 +2,8 @@
 
 Unknown request fields are ignored, as OpenAI clients expect, except those that would change
 the answer and are not supported: those are a 400 naming them (params.py). A few
-llama-server-style extension fields are honoured (`repeat_penalty`, `repeat_last_n`,
-`json_schema`, `grammar`, `spec`, `draft_max`).
+llama-server-style extension fields are honoured (`top_k`, `min_p`, `repeat_penalty`,
+`repeat_last_n`, `json_schema`, `grammar`, `spec`, `draft_max`).
 """
 
 from __future__ import annotations

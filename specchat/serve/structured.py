@@ -20,7 +20,7 @@ from specchat.serve.errors import bad_request
 BIAS_LIMIT = 100.0
 
 
-def structure_of(response_format: Any, json_schema: Any = None,
+def structure_from_request(response_format: Any, json_schema: Any = None,
                  grammar: Any = None) -> Structure | None:
     """What the answer must be; None for free text."""
     try:
@@ -29,7 +29,7 @@ def structure_of(response_format: Any, json_schema: Any = None,
         raise bad_request(exc.message, param=exc.param) from None
 
 
-def toolset_of(tools: Any, choice: Any, parallel: Any) -> ToolSet | None:
+def toolset_from_request(tools: Any, choice: Any, parallel: Any) -> ToolSet | None:
     """The request's tools and how they may be used; None when it has none."""
     try:
         return shapes.toolset_of(tools, choice, parallel)
@@ -60,11 +60,11 @@ def logit_bias_of(bias: Any) -> tuple[tuple[int, float], ...]:
 
 
 def tool_messages(message: Any, index: int) -> dict[str, Any]:
-    """The tool-call fields of one history message (assistant calls, a tool's result)."""
+    """The tool-call fields of one message of the request (assistant calls, a tool's result)."""
     out: dict[str, Any] = {}
     calls = getattr(message, "tool_calls", None)
     if calls:
-        out["tool_calls"] = [_history_call(call, index, j) for j, call in enumerate(calls)]
+        out["tool_calls"] = [_message_call(call, index, j) for j, call in enumerate(calls)]
     call_id = getattr(message, "tool_call_id", None)
     if call_id is not None:
         out["tool_call_id"] = str(call_id)
@@ -74,7 +74,7 @@ def tool_messages(message: Any, index: int) -> dict[str, Any]:
     return out
 
 
-def _history_call(call: Any, index: int, j: int) -> dict[str, Any]:
+def _message_call(call: Any, index: int, j: int) -> dict[str, Any]:
     where = f"messages[{index}].tool_calls[{j}]"
     if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
         raise bad_request(f"{where} must be {{\"id\", \"type\": \"function\", \"function\": "
@@ -91,7 +91,7 @@ def _history_call(call: Any, index: int, j: int) -> dict[str, Any]:
 
 
 def _too_deep(arguments: Any) -> bool:
-    """Whether a history call's arguments nest deeper than MAX_DEPTH (the template reads
+    """Whether an earlier call's arguments nest deeper than MAX_DEPTH (the template reads
     them as an object; Python's JSON reader and the renderer recurse)."""
     try:
         value = json.loads(arguments) if isinstance(arguments, str) else arguments

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specchat import storage
+from specchat import fileio
 from specchat.errors import UsageError
 from specchat.paths import config_file
 from specchat.settings.schema import ALIASES, BY_NAME, OptionError, env_values
@@ -46,10 +46,10 @@ def read_config(path: Path | None = None) -> ConfigFile:
     """
     path = path or config_file()
     try:
-        raw = storage.read_limited(path, storage.SETTINGS_LIMIT)
+        raw = fileio.read_limited(path, fileio.SETTINGS_LIMIT)
     except FileNotFoundError:
         return ConfigFile(path)
-    except storage.StorageError as exc:
+    except fileio.FileIOError as exc:
         raise UsageError(f"{exc} (the config file)") from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
@@ -142,10 +142,10 @@ def save_settings(values: Mapping[str, Any], path: Path | None = None) -> Path:
 
     path = path or config_file()
     try:
-        raw = storage.read_limited(path, storage.SETTINGS_LIMIT)
+        raw = fileio.read_limited(path, fileio.SETTINGS_LIMIT)
     except FileNotFoundError:
         raw = b""
-    except storage.StorageError as exc:
+    except fileio.FileIOError as exc:
         raise UsageError(str(exc)) from None
     try:
         document = tomlkit.parse(raw.decode("utf-8"))
@@ -156,5 +156,5 @@ def save_settings(values: Mapping[str, Any], path: Path | None = None) -> Path:
             document.pop(name, None)  # "none" is the default for every optional option
         else:
             document[name] = value
-    storage.atomic_write(path, tomlkit.dumps(document))  # 0600: it may hold a system prompt
+    fileio.atomic_write(path, tomlkit.dumps(document))  # 0600: it may hold a system prompt
     return path

@@ -26,14 +26,14 @@ from specchat.engine.options import (
     SamplingOptions,
 )
 from specchat.errors import UsageError
-from specchat.settings.structure import FORMATS, structure_of
+from specchat.settings.structure import FORMATS, structure_from_options
 
 Parser = Callable[[str], Any]
 Checker = Callable[[Any], str | None]  # None when fine, else what is allowed
 
 MODEL, GENERATION, CHAT, REMOTE, SERVER, ASK = ("model", "generation", "chat", "remote", "server",
                                              "ask")
-STORE = "store"  # what is kept of the questions and answers (ask, chat and serve)
+RETENTION = "retention"  # what is kept of the questions and answers (ask, chat and serve)
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 NO_DRAFT = "none"  # the draft option's value for "no draft model" (None: the preset's default)
 FLASH_ATTN_CHOICES = ("auto", "on", "off")
@@ -335,12 +335,12 @@ OPTIONS: tuple[Option, ...] = (
     # --- what is kept of questions and answers ------------------------------------------------
     Option("draft_history", bool, True, "Let `auto` draft from earlier prompts and answers "
            "kept on this machine (the drafting store); false: it is neither read nor "
-           "written.", STORE),
+           "written.", RETENTION),
     Option("draft_store", str, "64M", "Disk the drafting store may use per vocabulary, "
-           "oldest answers evicted first (e.g. 64M; 0 or off: nothing kept).", STORE,
+           "oldest answers evicted first (e.g. 64M; 0 or off: nothing kept).", RETENTION,
            parse=_size_text("draft_store"), metavar="SIZE"),
     Option("private", bool, False, "Write nothing of what is asked or answered: no "
-           "conversation file, input history, prompt cache or drafting store.", STORE),
+           "conversation file, input history, prompt cache or drafting store.", RETENTION),
     # --- another server instead of local models ----------------------------------------------
     Option("endpoint", str, None, "Use an OpenAI-compatible server at this URL instead of "
            "local models.", REMOTE, optional=True, metavar="URL"),
@@ -421,7 +421,7 @@ def generation_options(values: Mapping[str, Any]) -> GenerationOptions:
         return GenerationOptions(sampling=sampling, max_tokens=get("max_tokens"),
                                  stop=tuple(get("stop") or ()), spec=get("spec"),
                                  draft_max=get("draft_max"),
-                                 structure=structure_of(get("format"), get("schema")))
+                                 structure=structure_from_options(get("format"), get("schema")))
     except OptionError as exc:
         raise UsageError(f"invalid option: {exc}") from None
 

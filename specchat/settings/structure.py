@@ -1,11 +1,11 @@
-"""The `format` and `schema` options as the engine's Structure (what an answer must be), and
-back, for /set and /show."""
+"""The `format` and `schema` options (flags, config file, /set) as the engine's Structure
+(what an answer must be), and back for /show; a schema file is read bounded (fileio)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from specchat import storage
+from specchat import fileio
 from specchat.engine.options import Structure
 from specchat.errors import UsageError
 from specchat.llm.lark import parse_schema
@@ -15,7 +15,7 @@ FORMATS = ("text", "json")
 SCHEMA_FILE_LIMIT = 8 << 20  # as much as a server takes in one request body
 
 
-def structure_of(format: str, schema: str | None) -> Structure | None:
+def structure_from_options(format: str, schema: str | None) -> Structure | None:
     """A schema (JSON text, or the path of a file holding it) makes a JSON answer that must
     validate against it; format json any JSON object; text, free text (None).
 
@@ -33,8 +33,8 @@ def load_schema(value: str) -> str:
     if not text.startswith("{") and text not in ("true", "false"):
         path = Path(text).expanduser()
         try:
-            text = storage.read_limited(path, SCHEMA_FILE_LIMIT).decode("utf-8")
-        except (OSError, UnicodeDecodeError, storage.StorageError) as exc:
+            text = fileio.read_limited(path, SCHEMA_FILE_LIMIT).decode("utf-8")
+        except (OSError, UnicodeDecodeError, fileio.FileIOError) as exc:
             why = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
             raise UsageError(f"schema {value!r}: cannot read it ({why}); give a file or the "
                              "schema itself as JSON") from None

@@ -15,7 +15,7 @@ import os
 import sys
 
 from specchat.errors import SpecchatError
-from specchat.storage import describe
+from specchat.fileio import describe
 from specchat.term.safe import for_stream
 
 

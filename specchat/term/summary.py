@@ -1,4 +1,5 @@
-"""Plain-text summaries of engine statistics, shared by ask, chat and bench."""
+"""Plain-text summaries of engine statistics: `ask`'s closing line and `auto`'s lines in
+/stats (a local Runtime's stats_lines)."""
 
 from __future__ import annotations
 

@@ -109,3 +109,20 @@ def test_an_answer_holds_a_slot_from_its_first_event_to_its_end(tmp_path: Path) 
     assert list(stream) == [2]
     assert other.active() == 1  # released when the answer ended
     other.release()
+
+
+def test_a_slot_that_is_a_fifo_does_not_block_counting(tmp_path: Path) -> None:
+    """Counting opens every slot file for reading: a FIFO there (nobody writing) would
+    otherwise hold up every answer's start."""
+    import threading
+
+    os.mkfifo(tmp_path / "slot-0.lock")
+    share = CpuShare(tmp_path, cores=2)
+    got: list[int] = []
+    worker = threading.Thread(target=lambda: got.append(share.active()), daemon=True)
+    worker.start()
+    worker.join(20)
+    if worker.is_alive():
+        os.close(os.open(tmp_path / "slot-0.lock", os.O_WRONLY | os.O_NONBLOCK))
+        raise AssertionError("counting the slots blocked on a FIFO")
+    assert got == [0]

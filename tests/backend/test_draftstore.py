@@ -121,7 +121,7 @@ def test_torn_files_are_cleaned_and_what_is_not_provably_ours_is_kept(tmp_path: 
     foreign.append([9, 9, 9], 2)
     for p in (tmp_path / ("f" * 16)).glob(f"*{SUFFIX}"):
         p.rename(folder / p.name)  # another vocabulary's segment in the wrong place
-    stale = folder / f".0-x{SUFFIX}.123.0badcafe.tmp"  # what storage names a temporary
+    stale = folder / f".0-x{SUFFIX}.123.0badcafe.tmp"  # what fileio names a temporary
     stale.write_bytes(b"half a segment")
     os.utime(stale, (time.time() - 3600, time.time() - 3600))
     assert records(store(tmp_path)) == [[1, 2, 3]]

@@ -273,3 +273,23 @@ def test_bench_times_the_first_token_cold_and_warm_through_the_cache(tmp_path: P
     doc = to_json(result, ["off", "ngram"], {})
     assert set(doc["first_token"]["summary"]) == {"rag", "qa", "overall"}
     assert doc["first_token"]["summary"]["overall"]["prompts"] == 2
+
+
+def test_an_entry_that_is_a_fifo_is_a_miss_not_a_hang(tmp_path: Path) -> None:
+    """A FIFO (or a device) under an entry's name is no entry: opening it for reading would
+    wait for a writer forever."""
+    import threading
+
+    cache = PromptCache(tmp_path, min_new_tokens=10)
+    tokens = prompt(300, [41])
+    fifo = tmp_path / pc.entry_name("model-a", tokens)
+    os.mkfifo(fifo)
+    got: list[int] = []
+    worker = threading.Thread(target=lambda: got.append(cache.restore(StatefulFake(), tokens)),
+                              daemon=True)
+    worker.start()
+    worker.join(20)
+    if worker.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # let the reader go
+        pytest.fail("the prompt cache blocked on a FIFO")
+    assert got == [0]

@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 
 from specchat.backend.remote import RemoteRuntime, base_url
 from specchat.chat import commands
+from specchat.chat.chatlog import ChatLog
 from specchat.chat.render import RenderConfig, Renderer, status_text
 from specchat.chat.session import ChatSession
-from specchat.chat.store import Store
 from specchat.engine.events import Chunk, Finished
 from specchat.errors import SpecchatError, UsageError
 from specchat.serve.app import ServeConfig, create_app
@@ -48,7 +48,7 @@ def remote_session(tmp: Path, rt: RemoteRuntime, streams: f.Streams) -> ChatSess
     config = RenderConfig(rich=False, markdown=False, show_draft=False, summary=True)
     renderer = Renderer(config, streams.out, streams.err, draft_name=None, token_bytes=None)
     return ChatSession(runtime=rt, options=f.options(), renderer=renderer,
-                       store=Store(tmp / "remote.jsonl", meta={"model": "fake"}))
+                       chatlog=ChatLog(tmp / "remote.jsonl", meta={"model": "fake"}))
 
 
 def test_base_url_forms() -> None:
@@ -127,7 +127,7 @@ def test_repl_keys_against_a_remote_server(tmp_path: Path, server: TestClient) -
     keys = "hello there\r/show\r/stats\rtell me more\r/undo\r\x04"
     with create_pipe_input() as pipe:
         pipe.send_text(keys)
-        prompt = repl.make_prompt(chat, history_path=None, input=pipe, output=DummyOutput())
+        prompt = repl.make_prompt(chat, input_lines=None, input=pipe, output=DummyOutput())
         code = repl.run(chat, prompt)
     assert code == 0
     assert [t.user for t in chat.conversation.turns] == ["hello there"]

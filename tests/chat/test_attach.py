@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from specchat.chat.attach import Attachment, compose, fence_for
-from specchat.chat.store import conversation_files, load_conversation
+from specchat.chat.chatlog import conversation_files, load_conversation
 from specchat.commands import chat as chat_cmd
 from tests.commands.test_ask import expected, runtime_factory  # noqa: F401 - a fixture
 from tests.support import chat_fakes

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from specchat.chat.chatlog import ChatLog, load_conversation
 from specchat.chat.render import RenderConfig, Renderer
 from specchat.chat.session import ChatSession
-from specchat.chat.store import Store, load_conversation
 from specchat.engine.options import GenerationOptions, SamplingOptions
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
@@ -55,7 +55,7 @@ def test_second_turn_reuses_the_cache(smol: Path, tmp_path: Path) -> None:
     with open_runtime(settings) as rt:
         options = GenerationOptions(sampling=SamplingOptions(), max_tokens=24, spec="off")
         chat = ChatSession(runtime=rt, options=options, renderer=Renderer(config, out, err),
-                           store=Store(tmp_path / "c.jsonl"))
+                           chatlog=ChatLog(tmp_path / "c.jsonl"))
         for q in questions:
             assert chat.ask(q) is not None
         prompts = chat.tally.prompts

@@ -13,7 +13,7 @@ import pytest
 from specchat.backend.loading import wants_draft
 from specchat.backend.local import Runtime
 from specchat.backend.remote import RemoteRuntime
-from specchat.chat.store import load_conversation
+from specchat.chat.chatlog import load_conversation
 from specchat.errors import UsageError
 from specchat.settings.load import LoadSettings
 from tests.chat.test_repl import CTRL_D, ENTER, drive
@@ -39,7 +39,7 @@ def test_read_attaches_to_the_next_message_only(tmp_path: Path) -> None:
     assert f"attached {tmp_path / 'notes.txt'} ({tokens} tokens)" in err
     assert f"attachments: {tokens} tokens read this session; 1 file in the conversation" in err
     # What was attached is in the conversation file: a resumed chat sends it again.
-    saved = load_conversation(session.store.path).turns[0]
+    saved = load_conversation(session.chatlog.path).turns[0]
     assert saved.attachments == first.attachments and saved.message == first.message
 
 
@@ -177,7 +177,7 @@ def test_model_and_draft_switch_keeps_the_conversation(tmp_path: Path,
     tokens = f.chat_tokens(session.conversation.messages()[:-1])
     want = list(generate(fresh, tokens, f.options()))[-1]
     assert turns[1].assistant == want.text  # type: ignore[attr-defined]
-    records = [line for line in session.store.path.read_text().splitlines() if '"models"' in line]
+    records = [line for line in session.chatlog.path.read_text().splitlines() if '"models"' in line]
     assert len(records) == 3 and '"model": "2"' in records[0]
 
 

@@ -1,4 +1,4 @@
-"""The REPL driven through prompt-toolkit's pipe input: keys, history, every slash command."""
+"""The REPL driven through prompt-toolkit's pipe input: keys, input lines, every slash command."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
 from specchat.chat import clipboard, commands, repl
+from specchat.chat.chatlog import load_conversation
 from specchat.chat.commands import COMMANDS
 from specchat.chat.session import ChatSession
-from specchat.chat.store import load_conversation
 from tests.support import chat_fakes as f
 
 ENTER = "\r"
@@ -29,10 +29,10 @@ def chat(tmp_path: Path) -> Iterator[tuple[ChatSession, f.Streams, Path]]:
     yield session, streams, tmp_path
 
 
-def drive(session: ChatSession, keys: str, history: Path | None) -> int:
+def drive(session: ChatSession, keys: str, input_lines: Path | None) -> int:
     with create_pipe_input() as pipe:
         pipe.send_text(keys)
-        prompt = repl.make_prompt(session, history_path=history, input=pipe,
+        prompt = repl.make_prompt(session, input_lines=input_lines, input=pipe,
                                   output=DummyOutput())
         return repl.run(session, prompt)
 
@@ -56,7 +56,7 @@ def test_ctrl_c_on_empty_line_exits_130_and_clears_a_typed_one(chat) -> None:  #
     assert users(session) == ["real"]
 
 
-def test_history_persists_across_sessions(chat) -> None:  # type: ignore[no-untyped-def]
+def test_input_lines_persist_across_sessions(chat) -> None:  # type: ignore[no-untyped-def]
     session, _, tmp = chat
     hist = tmp / "state" / "history"
     drive(session, "first question" + ENTER + "/stats" + ENTER + CTRL_D, hist)
@@ -150,7 +150,7 @@ def test_system(chat) -> None:  # type: ignore[no-untyped-def]
     _, err = streams.take()
     assert "system prompt: talk like a pirate" in err
     assert session.conversation.system == ""
-    records = load_conversation(session.store.path)
+    records = load_conversation(session.chatlog.path)
     assert records.system == ""
 
 
@@ -161,10 +161,10 @@ def test_clear_regen_undo(chat) -> None:  # type: ignore[no-untyped-def]
     assert users(session) == ["one"]
     _, err = streams.take()
     assert "answer will be the same" in err and "removed the last turn ('two')" in err
-    first_file = session.store.path
+    first_file = session.chatlog.path
     drive(session, "/clear" + ENTER + "/undo" + ENTER + "/regen" + ENTER + CTRL_D, None)
     _, err = streams.take()
-    assert users(session) == [] and session.store.path != first_file
+    assert users(session) == [] and session.chatlog.path != first_file
     assert "nothing to undo" in err and "nothing to regenerate" in err
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from specchat.chat.chatlog import ChatLog, load_conversation, read_records, save_copy
 from specchat.chat.conversation import Conversation, Turn
 from specchat.chat.render import RenderConfig, Renderer
-from specchat.chat.store import Store, load_conversation, read_records, save_copy
 from specchat.engine.events import Chunk
 from specchat.errors import UsageError
 from tests.support import chat_fakes as f
@@ -73,7 +73,7 @@ def test_ctrl_c_inside_the_stream_keeps_partial_answer(tmp_path: Path) -> None:
     assert list(model.tokens) == prompt + committed[:-1]
     out, err = streams.take()
     assert out.startswith(turn.assistant) and "interrupted" in err
-    record = read_records(chat.store.path)[-1]
+    record = read_records(chat.chatlog.path)[-1]
     assert record["type"] == "turn" and record["interrupted"] is True
     # The next turn works and builds on the partial answer.
     chat.renderer.answer = original  # type: ignore[method-assign]
@@ -126,7 +126,7 @@ def test_ctrl_c_before_any_text_keeps_no_turn(tmp_path: Path) -> None:
     chat, streams = f.session(tmp_path, f.runtime(model))
     model.interrupt_after_calls = 0
     assert chat.ask("hello") is None
-    assert chat.conversation.turns == [] and not chat.store.path.exists()
+    assert chat.conversation.turns == [] and not chat.chatlog.path.exists()
     assert chat.ask("hello again") is not None
 
 
@@ -143,7 +143,7 @@ def test_context_full_drops_oldest_turns_keeps_system(tmp_path: Path) -> None:
     assert messages[0] == {"role": "system", "content": "be brief"}
     assert len(f.chat_tokens(messages)) <= 200
     # Everything is still in the saved conversation.
-    assert len(load_conversation(chat.store.path).turns) == 8
+    assert len(load_conversation(chat.chatlog.path).turns) == 8
 
 
 def test_message_longer_than_the_context_is_a_clear_error(tmp_path: Path) -> None:
@@ -169,24 +169,24 @@ def test_regen_undo_clear(tmp_path: Path) -> None:
     assert b is not None and b.user == "two" and len(chat.conversation.turns) == 2
     assert chat.undo().user == "two"
     assert [t.user for t in chat.conversation.turns] == ["one"]
-    assert load_conversation(chat.store.path).turns[0].assistant == a.assistant  # type: ignore
-    old = chat.store.path
+    assert load_conversation(chat.chatlog.path).turns[0].assistant == a.assistant  # type: ignore
+    old = chat.chatlog.path
     chat.clear()
-    assert chat.conversation.turns == [] and chat.store.path != old
+    assert chat.conversation.turns == [] and chat.chatlog.path != old
     with pytest.raises(UsageError):
         chat.undo()
     with pytest.raises(UsageError):
         chat.regen()
 
 
-def test_store_skips_a_torn_last_line(tmp_path: Path) -> None:
-    store = Store(tmp_path / "c.jsonl")
-    store.append({"type": "turn", "user": "a", "assistant": "b"})
-    with open(store.path, "a") as fh:
+def test_a_chat_log_skips_a_torn_last_line(tmp_path: Path) -> None:
+    chatlog = ChatLog(tmp_path / "c.jsonl")
+    chatlog.append({"type": "turn", "user": "a", "assistant": "b"})
+    with open(chatlog.path, "a") as fh:
         fh.write('{"type": "turn", "user": "half')
-    conv = load_conversation(store.path)
+    conv = load_conversation(chatlog.path)
     assert [(t.user, t.assistant) for t in conv.turns] == [("a", "b")]
-    assert json.loads(store.path.read_text().splitlines()[0])["format"] == \
+    assert json.loads(chatlog.path.read_text().splitlines()[0])["format"] == \
         "specchat-conversation"
 
 
@@ -220,9 +220,9 @@ def test_load_seeds_a_new_file_only_when_something_is_added(
     other, _ = f.session(tmp_path / "b")
     other.load(saved)
     assert [t.user for t in other.conversation.turns] == ["one"]
-    assert not other.store.started and other.store.path is None
+    assert not other.chatlog.started and other.chatlog.path is None
     other.ask("two")
-    assert [t.user for t in load_conversation(other.store.path).turns] == ["one", "two"]
+    assert [t.user for t in load_conversation(other.chatlog.path).turns] == ["one", "two"]
     assert len(load_conversation(saved).turns) == 1  # the loaded file is left alone
     with pytest.raises(UsageError, match="no conversation file"):
         other.load(tmp_path / "missing.jsonl")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat.chat.store import Store
+from specchat.chat.chatlog import ChatLog
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from tests.chat.test_repl import CTRL_D, ENTER, drive
@@ -36,7 +36,7 @@ def test_model_switch_keeps_the_conversation(real_model_path: Callable[[str], Pa
     runtime = open_runtime(settings)
     session = ChatSession(runtime=runtime, options=options,
                           renderer=Renderer(config, streams.out, streams.err),
-                          store=Store(tmp_path / "c.jsonl"))
+                          chatlog=ChatLog(tmp_path / "c.jsonl"))
     keys = ("Name a colour." + ENTER + f"/model {tmp_path / 'missing.gguf'}" + ENTER
             + "/model gemma3-270m" + ENTER + "And another one?" + ENTER
             + "/model smollm2-135m" + ENTER + "One more." + ENTER + CTRL_D)

@@ -16,16 +16,16 @@ from typing import Any
 
 import pytest
 
-from specchat.chat import store as store_mod
-from specchat.chat.commands import dispatch
-from specchat.chat.store import (
-    Store,
+from specchat.chat import chatlog as chatlog_mod
+from specchat.chat.chatlog import (
+    ChatLog,
     conversation_files,
+    conversation_summaries,
     latest_file,
     load_conversation,
     read_records,
-    summaries,
 )
+from specchat.chat.commands import dispatch
 from specchat.errors import SpecchatError, UsageError
 from tests.support import chat_fakes as f
 
@@ -67,7 +67,7 @@ def full_disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
 def test_a_turn_that_cannot_be_saved_says_so_and_the_chat_goes_on(
         home: Path, full_disk: dict[str, Any], tmp_path: Path) -> None:
     chat, streams = f.session(tmp_path, max_tokens=12)
-    chat.store = Store(meta={"model": "fake"})
+    chat.chatlog = ChatLog(meta={"model": "fake"})
     full_disk["dir"] = home
     first = chat.ask("hello there")
     _, err = streams.take()
@@ -87,7 +87,7 @@ def test_a_turn_that_cannot_be_saved_says_so_and_the_chat_goes_on(
 
 
 def test_empty_or_recordless_files_are_never_listed_nor_resumed(home: Path) -> None:
-    good = Store(meta={"model": "fake"})
+    good = ChatLog(meta={"model": "fake"})
     good.append({"type": "turn", "user": "kept", "assistant": "yes"})
     directory = good.path.parent
     (directory / "99990101-000000.jsonl").write_bytes(b"")  # newest name, 0 bytes
@@ -95,18 +95,18 @@ def test_empty_or_recordless_files_are_never_listed_nor_resumed(home: Path) -> N
     os.utime(good.path, (1, 1))  # the good one is the oldest by time, too
     assert conversation_files() == [good.path]
     assert latest_file() == good.path
-    assert [s.first for s in summaries()] == ["kept"]
+    assert [s.first for s in conversation_summaries()] == ["kept"]
 
 
 # --- 2. a torn last line ---------------------------------------------------------------------
 def test_append_after_a_torn_line_keeps_the_new_turn_and_reports_the_torn_one(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "c.jsonl"
-    store = Store(path)
-    store.append({"type": "turn", "user": "one", "assistant": "first"})
+    chatlog = ChatLog(path)
+    chatlog.append({"type": "turn", "user": "one", "assistant": "first"})
     with path.open("ab") as handle:
         handle.write(b'{"type": "turn", "user": "two", "assis')  # a crash mid-write
-    Store(path).append({"type": "turn", "user": "three", "assistant": "third"})
+    ChatLog(path).append({"type": "turn", "user": "three", "assistant": "third"})
     capsys.readouterr()
     turns = load_conversation(path).turns
     assert [t.user for t in turns] == ["one", "three"]
@@ -117,8 +117,8 @@ def test_append_after_a_torn_line_keeps_the_new_turn_and_reports_the_torn_one(
 # --- 3. unique names -------------------------------------------------------------------------
 def test_two_chats_in_the_same_second_get_two_files(
         home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store_mod.time, "strftime", lambda fmt, *a: "20260101-120000")
-    a, b = Store(), Store()
+    monkeypatch.setattr(chatlog_mod.time, "strftime", lambda fmt, *a: "20260101-120000")
+    a, b = ChatLog(), ChatLog()
     a.append({"type": "turn", "user": "a", "assistant": "1"})
     b.append({"type": "turn", "user": "b", "assistant": "2"})
     assert a.path != b.path
@@ -127,23 +127,23 @@ def test_two_chats_in_the_same_second_get_two_files(
 
 
 def test_names_are_unique_across_threads(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store_mod.time, "strftime", lambda fmt, *a: "20260101-120000")
-    stores = [Store() for _ in range(8)]
-    barrier = threading.Barrier(len(stores))
+    monkeypatch.setattr(chatlog_mod.time, "strftime", lambda fmt, *a: "20260101-120000")
+    chatlogs = [ChatLog() for _ in range(8)]
+    barrier = threading.Barrier(len(chatlogs))
 
     def go(i: int) -> None:
         barrier.wait()
-        stores[i].append({"type": "turn", "user": f"u{i}", "assistant": "x"})
+        chatlogs[i].append({"type": "turn", "user": f"u{i}", "assistant": "x"})
 
-    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(stores))]
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(chatlogs))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len({s.path for s in stores}) == len(stores)
-    assert sorted(load_conversation(s.path).turns[0].user for s in stores) == [
-        f"u{i}" for i in range(len(stores))]
-    assert all(len(read_records(s.path)) == 2 for s in stores)  # meta + its one turn
+    assert len({s.path for s in chatlogs}) == len(chatlogs)
+    assert sorted(load_conversation(s.path).turns[0].user for s in chatlogs) == [
+        f"u{i}" for i in range(len(chatlogs))]
+    assert all(len(read_records(s.path)) == 2 for s in chatlogs)  # meta + its one turn
 
 
 # --- 10. private files -----------------------------------------------------------------------
@@ -152,12 +152,12 @@ def test_prompt_history_is_private_and_old_files_are_tightened(tmp_path: Path) -
 
     chat, _ = f.session(tmp_path)
     path = tmp_path / "state" / "history"
-    prompt = repl.make_prompt(chat, history_path=path)
+    prompt = repl.make_prompt(chat, input_lines=path)
     prompt.history.append_string("my secret question")
     assert "my secret question" in path.read_text()
     assert mode(path) == 0o600 and mode(path.parent) == 0o700
     path.chmod(0o644)  # written by an older version
-    repl.make_prompt(chat, history_path=path)
+    repl.make_prompt(chat, input_lines=path)
     assert mode(path) == 0o600
 
 

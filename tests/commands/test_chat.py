@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from specchat.chat.store import conversation_files, load_conversation
+from specchat.chat.chatlog import conversation_files, load_conversation
 from specchat.commands import chat as chat_cmd
 from tests.support import chat_fakes as f
 from tests.support.clirun import FakeStdin, run_cli
@@ -196,8 +196,8 @@ def test_private_chat_writes_nothing(home, capsys, monkeypatch) -> None:  # type
     def open_with_store(settings: Any) -> Any:
         home["settings"] = settings
         runtime = f.runtime()
-        runtime.drafts = DraftStore(home["tmp"] / "drafts", "v" * 16, 1 << 20,
-                                    writable=not settings.private)
+        runtime.store = DraftStore(home["tmp"] / "drafts", "v" * 16, 1 << 20,
+                                   writable=not settings.private)
         return runtime
 
     monkeypatch.setattr(chat_cmd, "open_runtime", open_with_store)

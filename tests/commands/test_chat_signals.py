@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from specchat.chat.chatlog import load_conversation
 from specchat.chat.conversation import Turn
-from specchat.chat.store import load_conversation
 from tests.backend.test_promptcache_real import long_source_file
 from tests.support.hostile import Terminal
 

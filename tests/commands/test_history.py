@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from specchat.chat.attach import Attachment
+from specchat.chat.chatlog import ChatLog, conversations_dir
 from specchat.chat.conversation import Turn
-from specchat.chat.store import Store, conversations_dir
 from tests.support.clirun import FakeStdin, run_cli
 
 
@@ -39,9 +39,9 @@ def saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
         ("20260102-090000", [Turn("first", "one"), Turn("Second needle here", "two")], 300),
     ]:
         path = conversations_dir() / f"{stem}.jsonl"
-        store = Store(path, meta={"model": "smollm2-135m", "draft": None})
+        chatlog = ChatLog(path, meta={"model": "smollm2-135m", "draft": None})
         for turn in turns:
-            store.append({"type": "turn", **turn.to_dict()})
+            chatlog.append({"type": "turn", **turn.to_dict()})
         os.utime(path, (when, when))
         paths[stem] = path
     return paths

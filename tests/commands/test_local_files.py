@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat.chat.store import load_conversation
+from specchat.chat.chatlog import load_conversation
 from tests.chat.test_repl import CTRL_D, ENTER, drive
 from tests.support import chat_fakes as f
 from tests.support.hostile import Terminal

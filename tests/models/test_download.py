@@ -13,13 +13,13 @@ import pytest
 
 from specchat.errors import DownloadError
 from specchat.models import (
+    cache,
     download,
     hub,
     load_presets,
     mirror,
     preset_present,
     pull,
-    store,
 )
 from tests.support.fakehub import FakeHub, serve
 from tests.support.wheelfactory import (
@@ -97,12 +97,12 @@ def test_interrupted_download_leaves_nothing_complete(index: Path,
 
 
 def test_leftovers_of_a_killed_pull_are_cleaned(index: Path) -> None:
-    cache = index / "models"
-    cache.mkdir()
-    dead = cache / ".fake.gguf.999999999.partial"
+    folder = index / "models"
+    folder.mkdir()
+    dead = folder / ".fake.gguf.999999999.partial"
     dead.write_bytes(PAYLOAD[:1000])
-    (cache / ".fake.gguf.999999999.wheels").mkdir()
-    alive = cache / f".other.gguf.{os.getppid()}.partial"
+    (folder / ".fake.gguf.999999999.wheels").mkdir()
+    alive = folder / f".other.gguf.{os.getppid()}.partial"
     alive.write_bytes(b"x")
     assert not preset_present(load_presets()["fake"])  # a partial never counts as the model
     pull("fake", quiet=True)
@@ -161,7 +161,7 @@ def test_hub_download_is_verified_and_moved(index: Path, monkeypatch: pytest.Mon
     with _local_hub(monkeypatch, {"x.gguf": other}):
         path = pull("fake", quiet=True)
     assert path.read_bytes() == other
-    assert store.recorded_sha256(path) == hashlib.sha256(other).hexdigest()
+    assert cache.recorded_sha256(path) == hashlib.sha256(other).hexdigest()
     assert preset_present(load_presets()["fake"])  # trusted by its sidecar despite another size
     assert _cache_listing(index) == ["fake.gguf", "fake.gguf.sha256"]
 

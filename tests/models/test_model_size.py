@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from specchat.errors import ModelError
-from specchat.models import load_presets, preset_present, resolve, store
+from specchat.models import cache, load_presets, preset_present, resolve
 from tests.models.test_download import PAYLOAD, _write_presets
 from tests.support.wheelfactory import isolate, mirror_preset_toml
 
@@ -23,10 +23,10 @@ def cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """A 'fake' preset whose verified file and sidecar are in the cache."""
     home = isolate(monkeypatch, tmp_path)
     _write_presets(home, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2))
-    path = store.model_path(load_presets()["fake"])
+    path = cache.model_path(load_presets()["fake"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(PAYLOAD)
-    store.write_sidecar(path, hashlib.sha256(PAYLOAD).hexdigest())
+    cache.write_sidecar(path, hashlib.sha256(PAYLOAD).hexdigest())
     return path
 
 
@@ -55,7 +55,7 @@ def test_a_truncated_file_is_reported_or_fetched_again(
 def test_a_hub_file_of_another_size_is_trusted_by_its_recorded_size(cached: Path) -> None:
     other = PAYLOAD[::-1] + b"extra"
     cached.write_bytes(other)
-    store.write_sidecar(cached, hashlib.sha256(other).hexdigest())
+    cache.write_sidecar(cached, hashlib.sha256(other).hexdigest())
     assert preset_present(load_presets()["fake"])
     cached.write_bytes(other[:-1])
     assert not preset_present(load_presets()["fake"])
@@ -64,7 +64,7 @@ def test_a_hub_file_of_another_size_is_trusted_by_its_recorded_size(cached: Path
 def test_an_old_sidecar_without_a_size_is_checked_once_by_its_hash(cached: Path) -> None:
     other = PAYLOAD[::-1] + b"extra"
     cached.write_bytes(other)
-    side = store.sidecar_path(cached)
+    side = cache.sidecar_path(cached)
     side.write_text(f"{hashlib.sha256(other).hexdigest()}  {cached.name}\n")  # older format
     assert preset_present(load_presets()["fake"])  # hashed once, then the size is recorded
     assert str(len(other)) in side.read_text()

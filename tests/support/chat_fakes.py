@@ -15,9 +15,9 @@ import numpy as np
 
 from specchat.backend.base import Backend, Message
 from specchat.backend.local import Runtime
+from specchat.chat.chatlog import ChatLog
 from specchat.chat.render import RenderConfig, Renderer
 from specchat.chat.session import ChatSession
-from specchat.chat.store import Store
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from tests.support.fake_runtime import fake_runtime
 from tests.support.fakes import FakeModel
@@ -108,5 +108,5 @@ def session(tmp: Path, rt: Backend | None = None, streams: Streams | None = None
     renderer = Renderer(config, streams.out, streams.err, draft_name=rt.info.draft_name,
                         token_bytes=rt.token_bytes)
     chat = ChatSession(runtime=rt, options=options(**opts), renderer=renderer,
-                       store=Store(tmp / "conv.jsonl", meta={"model": "fake"}))
+                       chatlog=ChatLog(tmp / "conv.jsonl", meta={"model": "fake"}))
     return chat, streams

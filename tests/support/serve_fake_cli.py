@@ -29,9 +29,9 @@ def open_fake(settings: LoadSettings, reuse: Runtime | None = None) -> Runtime:
                       delay=float(os.environ.get("SERVE_FAKE_DELAY", "0")),
                       call_log=os.environ.get("SERVE_FAKE_LOG"))
     runtime = fake_runtime(model)
-    runtime.drafts = open_store(model.n_vocab, model.eog_tokens, model.token_bytes,
-                                enabled=settings.draft_history, size=settings.draft_store,
-                                private=settings.private)
+    runtime.store = open_store(model.n_vocab, model.eog_tokens, model.token_bytes,
+                               enabled=settings.draft_history, size=settings.draft_store,
+                               private=settings.private)
     return runtime
 
 

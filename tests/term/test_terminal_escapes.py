@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat.chat.store import conversation_files, load_conversation
+from specchat.chat.chatlog import conversation_files, load_conversation
 from specchat.term.safe import visible
 from tests.support import hostile
 from tests.support.fakehub import FakeHub, serve

@@ -1,7 +1,11 @@
-"""One place for writing the user's files: atomic, private, checked, never silently overwriting.
+"""One place for the user's files: writes atomic, private, checked, never silently overwriting;
+reads bounded.
 
-Every file specchat writes (conversations, prompt history, calibration, the prompt cache,
-settings, `/save` and exports) goes through here, so the rules hold everywhere at once:
+Every file specchat writes (conversations, the input history, the drafting store, calibration,
+the prompt cache, settings, `/save` and exports) goes through here, so the rules hold
+everywhere at once. Model downloads stream into a dot-named partial file and are renamed once
+verified (models/hub.py, models/mirror.py); the --verbose log is created here (create_unique)
+and then written by `logging`.
 
 - A whole-file write goes to a hidden temporary name in the same directory, is fsync'd, and
   is then renamed over the target: a reader (or a crash) sees the old file or the new one,
@@ -20,7 +24,7 @@ settings, `/save` and exports) goes through here, so the rules hold everywhere a
   never deleted (a process waiting on a deleted lock would hold a lock nobody else sees).
 - Reads of the user's files are bounded: `read_limited` refuses devices (and FIFOs, unless
   asked to take pipes) and stops at a size limit, so /dev/zero or a FIFO nobody writes to
-  can neither fill the memory nor hang a command.
+  can neither fill the memory nor hang a command; `read_stream` holds stdin to a limit.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from specchat.errors import SpecchatError
 
@@ -47,7 +52,7 @@ READ_CHUNK = 1 << 20
 SETTINGS_LIMIT = 4 << 20  # config.toml, models.toml, calibration: far beyond any real one
 
 
-class StorageError(SpecchatError):
+class FileIOError(SpecchatError):
     """A file could not be written (or read); the message says which and why in one line,
     `reason` only why (for callers that name the file their own way)."""
 
@@ -83,11 +88,11 @@ def make_dirs(path: Path, *, private: bool = True) -> Path:
         except FileExistsError:
             continue  # another process made it between our check and mkdir
         except OSError as exc:  # a read-only file system, a parent we may not write in
-            raise StorageError(f"cannot create {directory}: {describe(exc)}") from None
+            raise FileIOError(f"cannot create {directory}: {describe(exc)}") from None
         if private:
             os.chmod(directory, PRIVATE_DIR)  # mkdir's mode is filtered by the umask
     if not path.is_dir():
-        raise StorageError(f"cannot use {path} as a directory: it is a file")
+        raise FileIOError(f"cannot use {path} as a directory: it is a file")
     return path
 
 
@@ -105,7 +110,7 @@ def atomic_write(path: Path, data: bytes | str, *, private: bool = True,
                  overwrite: bool = True) -> Path:
     """Replace (or, with overwrite=False, create) `path` with `data` in one atomic step.
 
-    Raises FileExistsError when overwrite=False and `path` exists, StorageError for any
+    Raises FileExistsError when overwrite=False and `path` exists, FileIOError for any
     other failure; the temporary file never outlives the call.
     """
     path = write_target(Path(path))
@@ -129,7 +134,7 @@ def atomic_write(path: Path, data: bytes | str, *, private: bool = True,
     except FileExistsError:
         raise
     except OSError as exc:
-        raise StorageError(f"cannot write {path}: {describe(exc)}") from None
+        raise FileIOError(f"cannot write {path}: {describe(exc)}") from None
     finally:
         _remove_quietly(tmp)
     return path
@@ -148,7 +153,7 @@ def _remove_quietly(path: Path) -> None:
 def write_target(path: Path) -> Path:
     """Where a write to `path` lands: the file a symlink points to (followed to its end, so a
     dotfiles link stays a link and its target gets the new content), refused with
-    StorageError unless it is a regular file or a new name."""
+    FileIOError unless it is a regular file or a new name."""
     if path.is_symlink():
         path = Path(os.path.realpath(path))
     try:
@@ -156,9 +161,9 @@ def write_target(path: Path) -> Path:
     except FileNotFoundError:
         return path
     except OSError as exc:
-        raise StorageError(f"cannot write {path}: {describe(exc)}") from None
+        raise FileIOError(f"cannot write {path}: {describe(exc)}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise StorageError(f"cannot write {path}: it is {file_kind(st.st_mode)}, not a regular "
+        raise FileIOError(f"cannot write {path}: it is {file_kind(st.st_mode)}, not a regular "
                            "file (specchat replaces only regular files)")
     return path
 
@@ -208,7 +213,7 @@ def _alive(pid: int) -> bool:
 
 
 def read_limited(path: Path, limit: int, *, pipes: bool = False) -> bytes:
-    """The bytes of a user's file, at most `limit` of them, else StorageError (one line).
+    """The bytes of a user's file, at most `limit` of them, else FileIOError (one line).
 
     Only regular files are read, and FIFOs or pipes when `pipes` (`-f <(git diff)`): a device
     (/dev/zero behind a symlink) is refused before reading, so is a FIFO when not wanted
@@ -237,7 +242,7 @@ def read_limited(path: Path, limit: int, *, pipes: bool = False) -> bytes:
 
 def read_text(path: Path, limit: int) -> str:
     """A user's UTF-8 text file, read as `read_limited` reads (no FIFO, no device, at most
-    `limit` bytes); StorageError when it is not UTF-8 text either."""
+    `limit` bytes); FileIOError when it is not UTF-8 text either."""
     data = read_limited(path, limit)
     try:
         return data.decode("utf-8")
@@ -246,8 +251,22 @@ def read_text(path: Path, limit: int) -> str:
             from None
 
 
+def read_stream(stream: BinaryIO, limit: int, name: str) -> bytes:
+    """An open stream read to its end (stdin: a file, a pipe or /dev/zero), at most `limit`
+    bytes of it, else FileIOError: what comes without a path is held to a limit too."""
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise FileIOError(f"{name} is too large (more than {_size_text(limit)})",
+                          f"is too large (more than {_size_text(limit)})")
+    return data
+
+
+def _size_text(limit: int) -> str:
+    return f"{limit // (1024 * 1024)} MiB" if limit >= 1024 * 1024 else f"{limit} bytes"
+
+
 def _read_bounded(fd: int, path: Path, limit: int) -> bytes:
-    size = f"{limit // (1024 * 1024)} MiB" if limit >= 1024 * 1024 else f"{limit} bytes"
+    size = _size_text(limit)
     if os.fstat(fd).st_size > limit:
         raise _unreadable(path, f"is too large (more than {size})")
     chunks: list[bytes] = []
@@ -262,15 +281,15 @@ def _read_bounded(fd: int, path: Path, limit: int) -> bytes:
             raise _unreadable(path, f"is too large (more than {size})")
 
 
-def _unreadable(path: Path, reason: str) -> StorageError:
-    return StorageError(f"cannot read {path}: {reason}", reason)
+def _unreadable(path: Path, reason: str) -> FileIOError:
+    return FileIOError(f"cannot read {path}: {reason}", reason)
 
 
 def append_bytes(path: Path, data: bytes, *, private: bool = True) -> None:
     """Append `data` to `path` (created if missing) so that it starts on a fresh line.
 
     Either all of `data` is on disk (fsync'd) when this returns, or the file is cut back to
-    what it held before and StorageError says why.
+    what it held before and FileIOError says why.
     """
     path = Path(path)
     fd = _open_append(path, private)
@@ -283,7 +302,7 @@ def append_bytes(path: Path, data: bytes, *, private: bool = True) -> None:
             os.fsync(fd)
         except OSError as exc:
             _cut_back(fd, size)
-            raise StorageError(f"cannot write {path}: {describe(exc)}") from None
+            raise FileIOError(f"cannot write {path}: {describe(exc)}") from None
     finally:
         os.close(fd)
 
@@ -312,7 +331,7 @@ def create_unique(directory: Path, stem: str, suffix: str, *, private: bool = Tr
             n += 1
             continue
         except OSError as exc:
-            raise StorageError(f"cannot create a file in {directory}: {describe(exc)}") from None
+            raise FileIOError(f"cannot create a file in {directory}: {describe(exc)}") from None
         os.close(fd)
         fsync_dir(directory)
         return path
@@ -336,7 +355,7 @@ def _open_append(path: Path, private: bool) -> int:
         return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT,
                        PRIVATE_FILE if private else SHARED_FILE)
     except OSError as exc:
-        raise StorageError(f"cannot write {path}: {describe(exc)}") from None
+        raise FileIOError(f"cannot write {path}: {describe(exc)}") from None
 
 
 def ensure_private(path: Path) -> None:
@@ -351,7 +370,7 @@ def ensure_private(path: Path) -> None:
 @contextlib.contextmanager
 def locked(path: Path, *, wait: bool, private: bool = True) -> Iterator[bool]:
     """An exclusive lock on `path` (created if missing) for the `with` block: True when held,
-    False when another process holds it and `wait` is False. StorageError when `path` cannot
+    False when another process holds it and `wait` is False. FileIOError when `path` cannot
     be a lock file (a FIFO, a directory, a link, a read-only place)."""
     path = Path(path)
     make_dirs(path.parent, private=private)
@@ -359,11 +378,11 @@ def locked(path: Path, *, wait: bool, private: bool = True) -> Iterator[bool]:
     try:
         fd = os.open(path, flags, PRIVATE_FILE if private else SHARED_FILE)
     except OSError as exc:
-        raise StorageError(f"cannot lock {path}: {describe(exc)}") from None
+        raise FileIOError(f"cannot lock {path}: {describe(exc)}") from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise StorageError(f"cannot lock {path}: it is {file_kind(mode)}, not a regular "
+            raise FileIOError(f"cannot lock {path}: it is {file_kind(mode)}, not a regular "
                                "file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))

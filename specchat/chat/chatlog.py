@@ -1,4 +1,4 @@
-"""Conversations on disk: one JSON Lines file each, append-only, fsync'd per record.
+"""Chat logs: each conversation on disk as one JSON Lines file, append-only, fsync'd per record.
 
 Appending one small line and fsyncing it is the whole crash story: a kill -9 can lose only
 the answer still being generated, and at worst leaves a torn last line, which reading skips.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specchat import storage
+from specchat import fileio
 from specchat.chat.conversation import Conversation
 from specchat.errors import UsageError
 from specchat.paths import conversations_dir
@@ -33,10 +33,10 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     """All complete records of a file; a torn or garbled line (a crash mid-write) is skipped
     and named on stderr, so a damaged file is noticed without losing the rest of it."""
     try:
-        raw = storage.read_limited(path, CONVERSATION_LIMIT)
+        raw = fileio.read_limited(path, CONVERSATION_LIMIT)
     except FileNotFoundError:
         raise UsageError(f"no conversation file at {path}") from None
-    except storage.StorageError as exc:
+    except fileio.FileIOError as exc:
         raise UsageError(str(exc)) from None
     records: list[dict[str, Any]] = []
     skipped: list[int] = []
@@ -64,11 +64,11 @@ def load_conversation(path: Path) -> Conversation:
     return Conversation.from_records(read_records(path))
 
 
-class Store:
+class ChatLog:
     """The file one chat session appends to; created with its first record, not before.
 
     Creating it lazily keeps `history` free of empty conversations from sessions in which
-    nothing was asked; creating it exclusively (storage.create_unique) keeps two sessions
+    nothing was asked; creating it exclusively (fileio.create_unique) keeps two sessions
     started in the same second apart. Records that could not be written (a full disk) stay
     pending and go with the next append that succeeds.
     """
@@ -84,25 +84,25 @@ class Store:
         return self.path is not None and has_records(self.path)
 
     def append(self, record: dict[str, Any]) -> None:
-        """Write `record` (and any pending ones) durably, or raise StorageError and keep them."""
+        """Write `record` (and any pending ones) durably, or raise FileIOError and keep them."""
         self._pending.append({**record, "time": _now()})
         if self.path is None:
-            self.path = storage.create_unique(conversations_dir(),
+            self.path = fileio.create_unique(conversations_dir(),
                                               time.strftime("%Y%m%d-%H%M%S"), ".jsonl")
         lines = list(self._pending)
         if not has_records(self.path):
             lines.insert(0, {"type": "meta", "format": FORMAT, "version": VERSION,
                              "created": _now(), **self.meta})
         data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines)
-        storage.append_bytes(self.path, data.encode("utf-8"))
+        fileio.append_bytes(self.path, data.encode("utf-8"))
         self._pending = []
 
     def problem(self) -> str | None:
         """Why records cannot be written now (a read-only state directory), or None."""
         try:
             directory = self.path.parent if self.path is not None else \
-                storage.make_dirs(conversations_dir())
-        except storage.StorageError as exc:
+                fileio.make_dirs(conversations_dir())
+        except fileio.FileIOError as exc:
             return str(exc)
         if not os.access(directory, os.W_OK):
             return f"cannot write in {directory} (read-only, or not yours)"
@@ -116,7 +116,7 @@ class Store:
         self._pending = conversation.to_records()
 
 
-class PrivateStore(Store):
+class PrivateChatLog(ChatLog):
     """--private: the conversation stays in memory only; nothing is ever written."""
 
     def append(self, record: dict[str, Any]) -> None:
@@ -165,7 +165,7 @@ def save_copy(conversation: Conversation, path: Path, *, overwrite: bool = False
                    *conversation.to_records()]
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     try:
-        storage.atomic_write(path, text, overwrite=overwrite)
+        fileio.atomic_write(path, text, overwrite=overwrite)
     except FileExistsError:
         raise UsageError(f"{path} exists: /save! {path} replaces it, or pick another "
                          "name") from None
@@ -182,7 +182,7 @@ def transcript(conversation: Conversation) -> str:
 
 
 @dataclass
-class Summary:
+class ConversationSummary:
     """One line of `specchat history`."""
 
     path: Path
@@ -192,7 +192,7 @@ class Summary:
     model: str
 
 
-def summaries(limit: int | None = None) -> Iterator[Summary]:
+def conversation_summaries(limit: int | None = None) -> Iterator[ConversationSummary]:
     for path in conversation_files()[:limit]:
         try:
             records = read_records(path)
@@ -201,8 +201,9 @@ def summaries(limit: int | None = None) -> Iterator[Summary]:
         conv = Conversation.from_records(records)
         meta = next((r for r in records if r.get("type") == "meta"), {})
         first = conv.turns[0].user if conv.turns else ""
-        yield Summary(path=path, modified=path.stat().st_mtime, turns=len(conv.turns),
-                      first=" ".join(first.split()), model=str(meta.get("model", "")))
+        yield ConversationSummary(path=path, modified=path.stat().st_mtime,
+                                  turns=len(conv.turns), first=" ".join(first.split()),
+                                  model=str(meta.get("model", "")))
 
 
 def _now() -> str:

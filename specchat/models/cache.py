@@ -21,7 +21,7 @@ import os
 import shutil
 from pathlib import Path
 
-from specchat import storage
+from specchat import fileio
 from specchat.llm.gguf import check_gguf_file
 from specchat.models.presets import Preset
 from specchat.paths import model_cache_dir
@@ -79,8 +79,8 @@ def _upgrade_old_sidecar(path: Path, size: int) -> bool:
 
 def _sidecar_lines(path: Path) -> list[str]:
     try:
-        return storage.read_text(sidecar_path(path), storage.SETTINGS_LIMIT).splitlines()
-    except (OSError, storage.StorageError):  # a FIFO or a device there records nothing
+        return fileio.read_text(sidecar_path(path), fileio.SETTINGS_LIMIT).splitlines()
+    except (OSError, fileio.FileIOError):  # a FIFO or a device there records nothing
         return []
 
 
@@ -103,7 +103,7 @@ def write_sidecar(path: Path, sha256: str) -> None:
     """Record the verified checksum (`sha256sum -c` format) and size (a `#` line, which
     sha256sum skips), atomically, so it is never half a line."""
     text = f"# size {path.stat().st_size}\n{sha256}  {path.name}\n"
-    storage.atomic_write(sidecar_path(path), text, private=False)
+    fileio.atomic_write(sidecar_path(path), text, private=False)
 
 
 def temp_path(final: Path, suffix: str) -> Path:
