@@ -14,7 +14,7 @@ import pytest
 
 from specchat.errors import ModelError
 from specchat.models import load_presets, preset_present, resolve, store
-from tests.test_download import PAYLOAD, _write_presets
+from tests.test_download import PAYLOAD, write_presets
 from tests.wheelfactory import isolate, mirror_preset_toml
 
 
@@ -22,7 +22,7 @@ from tests.wheelfactory import isolate, mirror_preset_toml
 def cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """A 'fake' preset whose verified file and sidecar are in the cache."""
     home = isolate(monkeypatch, tmp_path)
-    _write_presets(home, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2))
+    write_presets(home, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2))
     path = store.model_path(load_presets()["fake"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(PAYLOAD)
