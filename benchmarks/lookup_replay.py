@@ -30,7 +30,6 @@ from typing import Any
 
 from specchat.bench import prompts as bp
 from specchat.bench.oracle import oracle_policy
-from specchat.bench.profiles import load
 from specchat.bench.recording import Recorded
 from specchat.bench.replay import Setup, run_answer
 from specchat.bench.standins import PricedClock, Renumbered, StandIn, TablePrices
@@ -43,9 +42,6 @@ from specchat.engine.loop import Hooks, make_policy
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.policy import DraftPolicy
 
-# Qwen2.5-Coder-1.5B Q4_K_M on a quiet 2-core VM (AMD EPYC, AVX2), 2 threads, every batch
-# size measured (python benchmarks/batchcost.py --depths 200 --rounds 3; docs/costs.md).
-CPU_PROFILE = "cpu-2core-qwen1.5b"
 ORACLE = "oracle"
 
 
@@ -71,21 +67,6 @@ def collect(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             Path(args.out).write_text(json.dumps(out))
     return 0
-
-
-def prices(table: str | None) -> TablePrices:
-    """`cpu` (default: this 2-core CPU's measured table, the built-in cost profile
-    cpu-2core-qwen1.5b's target), `gpu` (a batch of n costs 1 + 0.03 (n - 1) steps) or the
-    ratios themselves, comma-separated."""
-    if table in (None, "cpu"):
-        ratios = list(load(CPU_PROFILE).target.batch_ratios)
-    elif table == "gpu":
-        ratios = [1 + 0.03 * i for i in range(65)]
-    else:
-        ratios = [float(r) for r in table.split(",")]
-    cost = CostTable.from_ratios(1.0, ratios)
-    cost.learn = False
-    return TablePrices(cost)
 
 
 def replay_one(item: dict[str, Any], spec: str, price: TablePrices, state: AutoState | None,
@@ -127,7 +108,7 @@ def load_items(names: str) -> list[dict[str, Any]]:
 
 
 def replay(args: argparse.Namespace) -> int:
-    price = prices(args.table)
+    price = TablePrices.named(args.table)
     table = price.table
     by_cat: dict[str, dict[str, list[float]]] = {}
     items = load_items(args.data)

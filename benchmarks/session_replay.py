@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.lookup_replay import ORACLE, prices
 from specchat.bench.oracle import Candidates, oracle_policy
 from specchat.bench.recording import Recorded
 from specchat.bench.replay import Setup, run_answer
@@ -46,6 +45,8 @@ from specchat.engine.loop import Hooks, make_policy
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.policy import DraftPolicy
 from specchat.engine.suffix import Segment, SuffixIndex
+
+ORACLE = "oracle"
 
 
 def collect(args: argparse.Namespace) -> int:
@@ -135,7 +136,7 @@ def store_candidates(index: SuffixIndex) -> Candidates:
 
 
 def replay(args: argparse.Namespace) -> int:
-    price = prices(args.table)
+    price = TablePrices.named(args.table)
     sessions, vocab = _remap(json.loads(Path(args.data).read_text()))
     modes = args.modes.split(",")
     sums: dict[str, dict[str, list[float]]] = {}

@@ -18,6 +18,7 @@ from specchat.engine.cost import CostTable
 from specchat.engine.loop import Hooks
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.policy import Plain
+from specchat.errors import UsageError
 from tests.test_priced_replay import EOG, gpu_profile
 
 PROMPT = [1, 2, 3, 4]
@@ -91,3 +92,13 @@ def test_wrong_candidates_never_make_the_oracle_slower() -> None:
 
     worse = noisy.run("oracle", oracle_policy(noisy, candidates), Hooks(clock=noisy.clock))
     assert worse.seconds <= base.seconds + 1e-12
+
+
+def test_a_research_scripts_table_is_named_or_given() -> None:
+    cpu = profiles.load("cpu-2core-qwen1.5b").target
+    assert TablePrices.named(None).batch(2) == pytest.approx(cpu.batch_ratios[1])
+    assert TablePrices.named("cpu") == TablePrices.named(None)
+    assert TablePrices.named("gpu").batch(33) == pytest.approx(1.96)
+    assert TablePrices.named("1,1.5,2").batch(3) == pytest.approx(2.0)
+    with pytest.raises(UsageError, match="--table fast: cpu, gpu or numbers"):
+        TablePrices.named("fast")

@@ -20,9 +20,12 @@ from typing import Protocol
 
 import numpy as np
 
+from specchat.bench.profiles import load
 from specchat.bench.recording import Recorded
 from specchat.engine.cost import CostTable
+from specchat.errors import UsageError
 
+CPU_PROFILE = "cpu-2core-qwen1.5b"  # research scripts' default cost table (`--table cpu`)
 HIGH = 10.0  # the logit of the target's choice; every other is 0
 SURE = 0.9995  # the most a recorded probability is taken as (3 decimals: 1.0 is "above this")
 
@@ -44,6 +47,24 @@ class TablePrices:
 
     def batch(self, n: int) -> float:
         return self.table.cost(n)
+
+    @classmethod
+    def named(cls, table: str | None) -> TablePrices:
+        """`cpu` (None too: the built-in profile cpu-2core-qwen1.5b's target, measured on a
+        quiet 2-core CPU), `gpu` (a batch of n costs 1 + 0.03 (n - 1) steps) or the batch
+        ratios themselves, comma-separated."""
+        if table in (None, "cpu"):
+            ratios = list(load(CPU_PROFILE).target.batch_ratios)
+        elif table == "gpu":
+            ratios = [1 + 0.03 * i for i in range(65)]
+        else:
+            try:
+                ratios = [float(r) for r in table.split(",")]
+            except ValueError:
+                raise UsageError(f"--table {table}: cpu, gpu or numbers R1,R2,...") from None
+        cost = CostTable.from_ratios(1.0, ratios)
+        cost.learn = False
+        return cls(cost)
 
 
 @dataclass
