@@ -8,7 +8,10 @@ replay harness (a stand-in target that returns the known answer and verifies tre
 clock that charges every verify batch of n tokens what the cost table says). After each request
 its record goes into an in-memory store, as `ask` would write it; `auto` drafts from it from
 the second request on. Speedup = plain decoding's time on that clock over the mode's time,
-from each session's second request on. No timing noise: only the cost table is a machine's.
+from each session's second request on. Almost no timing noise: the one wall-clock reading
+left is the store drafter's own lookup time (engine/history.py times it with
+time.perf_counter, not the loop's clock), which moves `auto` and `chains` by up to ~0.02x in
+a category between runs on a busy machine; the other modes and `oracle` repeat exactly.
 
     python benchmarks/session_replay.py collect OUT.json [SESSIONS.jsonl] -n 256
     python benchmarks/session_replay.py replay OUT.json [--table cpu|gpu|R1,R2,...] [-n 128]
