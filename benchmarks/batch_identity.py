@@ -1,4 +1,4 @@
-"""Is a row computed in a verify batch the same number as the row computed alone?
+"""Whether a row computed in a verify batch equals the row computed alone (docs/exactness.md).
 
     python benchmarks/batch_identity.py \
         ~/.cache/specchat/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --threads 2

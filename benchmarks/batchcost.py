@@ -1,4 +1,4 @@
-"""What a verify batch of every size costs the target, as a multiple of one plain step.
+"""What a verify batch of each size costs the target, in plain steps (docs/costs.md).
 
     python benchmarks/batchcost.py -m qwen2.5-coder-1.5b --depths 48,600,1500 --rounds 3
 

@@ -1,4 +1,4 @@
-"""Two specchat processes at once on the same cores, against one alone.
+"""Two specchat processes sharing the cores, against one alone (docs/cpu-sharing.md).
 
     python benchmarks/contention.py -m qwen2.5-coder-1.5b -n 64 --rounds 3
 

@@ -1,4 +1,6 @@
-"""Where a greedy answer parts from `--spec off`'s in a `specchat bench --sessions --json`
+"""Where a greedy answer parts from `--spec off`'s in a sessions bench (docs/exactness.md).
+
+Where a greedy answer parts from `--spec off`'s in a `specchat bench --sessions --json`
 run, how close the two tokens were.
 
     python benchmarks/divergence.py sessions.json [-m qwen2.5-coder-1.5b]

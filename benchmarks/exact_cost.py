@@ -1,4 +1,6 @@
-"""What an exact target (llm/exact.py: V cache in bf16, flash attention on) costs against a
+"""What an exact target costs per step against a plain one (docs/exactness.md).
+
+What an exact target (llm/exact.py: V cache in bf16, flash attention on) costs against a
 plain one (f16 cache, flash attention on), side by side in one process.
 
     python benchmarks/exact_cost.py \

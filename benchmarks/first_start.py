@@ -1,4 +1,6 @@
-"""Time to the first answer byte on a first start (an empty SPECCHAT_HOME: nothing measured
+"""Time to the first answer byte on a first start (docs/performance.md).
+
+Time to the first answer byte on a first start (an empty SPECCHAT_HOME: nothing measured
 yet), for one or more checkouts of specchat side by side, rounds rotating the order.
 
     python benchmarks/first_start.py -m ~/.cache/specchat/models/SmolLM2-135M-Instruct.Q4_1.gguf \\

@@ -1,4 +1,4 @@
-"""What this machine's GPU charges, beside what a simulated cost profile says (GPU check).
+"""What this machine's GPU charges, beside a simulated cost profile (docs/gpu.md).
 
     python benchmarks/gpu_costs.py --models DIR [DIR ...] [--profile rtx3090-8b-q4_0]
         [--out DIR] [--synthetic] [--gpu-layers -1]

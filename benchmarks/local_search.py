@@ -1,4 +1,6 @@
-"""What the draft search costs a start with many local models: N ollama models (hard links of
+"""What the draft search costs a start with many local models (README.md).
+
+What the draft search costs a start with many local models: N ollama models (hard links of
 one real GGUF, each with its own manifest and blob) and a target with no preset draft, the
 search run cold (no header remembered) until every header is read, then warm, several times.
 

@@ -1,4 +1,4 @@
-"""specchat's modes beside llama-cpp-python's own speculation, in one process, same prompts.
+"""specchat's modes beside llama-cpp-python's own speculation, same prompts (README.md).
 
     python benchmarks/peers.py [FILE] --categories summarization,rag --limit 3 -n 128 \
         -m qwen2.5-coder-1.5b [--draft qwen2.5-coder-0.5b] [--json out.json]

@@ -1,4 +1,4 @@
-"""Prefill speed: specchat's backend beside llama-cpp-python's `Llama`, in one process.
+"""Prefill speed: specchat's backend beside llama-cpp-python's `Llama` (docs/performance.md).
 
     python benchmarks/prefill.py [-m qwen2.5-coder-1.5b] [--tokens 3000] [--reps 2]
         [--threads 2] [--variants llama,specchat,specchat-fa-off,specchat-ub256]

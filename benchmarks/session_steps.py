@@ -1,4 +1,6 @@
-"""One built-in session in one process, `auto` and `off` alternating request by request:
+"""Steps of one built-in session, `auto` and `off` alternating (docs/drafting.md).
+
+One built-in session in one process, `auto` and `off` alternating request by request:
 what each verify batch size cost against the plain steps of the `off` answer beside it.
 
     SPECCHAT_DRAFT_STORE_DIR=/tmp/steps-store python benchmarks/session_steps.py convert-customers

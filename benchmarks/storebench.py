@@ -1,4 +1,4 @@
-"""What a full drafting store costs: opening it at startup, and one lookup per decode step.
+"""What a full drafting store costs: opening it, and one lookup a step (docs/drafting.md).
 
     python benchmarks/storebench.py fill DIR [--mb 64] [--data sessions.json,...]
     python benchmarks/storebench.py time DIR [--data sessions.json] [--steps 2000]

@@ -1,4 +1,6 @@
-"""`auto` on the sweep of hardware shapes (specchat/bench/sweep.py), as a markdown table.
+"""`auto` on the sweep of hardware shapes, as a markdown table (docs/gpu.md).
+
+The rows come from specchat/bench/sweep.py (`specchat bench` replays on every profile).
 
     python benchmarks/sweep.py [--recordings builtin,spec-bench]
 

@@ -1,4 +1,4 @@
-"""How much of a text draft's time is spent outside the draft model's evals?
+"""A text draft's time outside the draft model's evals (docs/drafting.md).
 
     python benchmarks/textdraft_overhead.py qwen2.5-coder-1.5b smollm2-135m \
         "Write a Python function that reverses a string." "List three colours of the rainbow."

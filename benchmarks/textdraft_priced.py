@@ -1,4 +1,6 @@
-"""An estimate of what the cross-vocabulary drafts measured in docs/drafting.md section 6
+"""Cross-vocabulary drafts priced on other machines' costs (docs/drafting.md).
+
+An estimate of what the cross-vocabulary drafts measured in docs/drafting.md section 6
 would give on the shipped GPU cost profiles (specchat/bench/costprofiles).
 
 Not a replay: a recording cannot teacher-force a draft of another vocabulary (bench/recording.py

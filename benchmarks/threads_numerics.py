@@ -1,4 +1,6 @@
-"""Does llama.cpp's thread count change the numbers? One prompt, one model, 1 and 2 threads,
+"""Whether llama.cpp's thread count changes the numbers (docs/exactness.md).
+
+Does llama.cpp's thread count change the numbers? One prompt, one model, 1 and 2 threads,
 flash attention at llama.cpp's default (auto) and off.
 
     python benchmarks/threads_numerics.py ~/.cache/specchat/models/SmolLM2-135M-Instruct.Q4_1.gguf

@@ -1,7 +1,11 @@
 """The layers of specchat, read off the import statements (lazy ones inside functions and
 TYPE_CHECKING blocks included): no module imports a layer above its own, the three consumers
 of a backend (chat, serve, bench) do not import each other, only llm/ imports llama_cpp, the
-engine imports nothing outside itself, and no two modules import each other in a circle."""
+engine imports nothing outside itself, and no two modules import each other in a circle.
+
+And in every Python file of the repository (specchat/, tests/, benchmarks/, ...): no module
+uses another module's private name (a leading underscore), neither imported
+(`from x import _y`) nor reached as an attribute of the module (`x._y`)."""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent / "specchat"
+REPO = Path(__file__).resolve().parent.parent
+ROOT = REPO / "specchat"
 
 # Lowest first. A module may import its own layer and those below; within a layer only its
 # own package (chat, serve and bench are peers that never import each other).
@@ -39,6 +44,24 @@ def _module_name(path: Path) -> str:
 
 
 MODULES = {_module_name(p): p for p in ROOT.rglob("*.py")}
+
+# Folders that hold no source of ours: tools' caches, builds, a checkout's virtualenvs.
+NOT_SOURCE = {"build", "dist", "__pycache__", "node_modules", "gpu-kit", "gpu-check"}
+
+
+def _is_source(relative: Path) -> bool:
+    return not any(part.startswith((".", "venv")) or part in NOT_SOURCE
+                   or part.endswith(".egg-info") for part in relative.parts[:-1])
+
+
+def _dotted(relative: Path) -> str:
+    parts = relative.with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+# Every Python file of the repository, by dotted name (tests.test_tree, benchmarks.sweep, ...).
+EVERY_FILE = {_dotted(p.relative_to(REPO)): p for p in sorted(REPO.rglob("*.py"))
+              if _is_source(p.relative_to(REPO))}
 
 
 def _targets(node: ast.Import | ast.ImportFrom, here: str) -> list[str]:
@@ -145,6 +168,12 @@ def test_the_engine_imports_nothing_outside_itself() -> None:
         assert outside == set(), f"{module} imports {outside}"
 
 
+def test_specchat_imports_neither_tests_nor_research_scripts() -> None:
+    for module in MODULES:
+        outside = {t for t in imports_of(module) if t.partition(".")[0] in ("tests", "benchmarks")}
+        assert outside == set(), f"{module} imports {outside}"
+
+
 def test_a_negative_control_fails() -> None:
     """The checks see a lazy import inside a function: a fake upward import is caught."""
     tree = ast.parse("def f():\n    from specchat.commands import ask\n")
@@ -152,3 +181,115 @@ def test_a_negative_control_fails() -> None:
     targets = _targets(node, "specchat.engine.loop")
     assert targets == ["specchat.commands.ask"]
     assert _layer(targets[0])[0] > _layer("specchat.engine.loop")[0]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_uses(source: str, here: str, is_package: bool, ours: set[str]) -> list[str]:
+    """Where module `here` (whose text is `source`) uses a private name of another of `ours`
+    (dotted module names): `from x import _y` (relative imports resolved) and `x._y` where x
+    is bound to such a module by an import. One line each, with its line number."""
+    found: list[str] = []
+    bound: dict[str, str] = {}  # local name -> the module it is bound to
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = here if is_package else here.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                base = f"{package}.{base}".rstrip(".")
+            for alias in node.names:
+                if base in ours and base != here and _private(alias.name):
+                    found.append(f"{node.lineno}: from {base} import {alias.name}")
+                if f"{base}.{alias.name}" in ours:
+                    bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.asname or alias.name.partition(".")[0]
+                bound[name] = alias.name if alias.asname else name
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute) or not _private(node.attr):
+            continue
+        chain: list[str] = []
+        value: ast.expr = node.value
+        while isinstance(value, ast.Attribute):
+            chain.append(value.attr)
+            value = value.value
+        if isinstance(value, ast.Name) and value.id in bound:
+            module = ".".join([bound[value.id], *reversed(chain)])
+            if module in ours and module != here:
+                found.append(f"{node.lineno}: {module}.{node.attr}")
+    return found
+
+
+def test_every_python_file_is_checked() -> None:
+    folders = {name.partition(".")[0] for name in EVERY_FILE}
+    assert {"specchat", "tests", "benchmarks"} <= folders
+    assert "tests.test_architecture" in EVERY_FILE
+
+
+# Unit tests that still reach a private helper of a module whose owner is reworking it in
+# this refactoring step (the engine's context indexes, the backend's loading): each entry goes
+# when that module names the helper publicly or the test stops needing it. An entry that is
+# no longer used fails below, so this list only shrinks.
+# Keyed by file name, so that moving a test file keeps its entry.
+AWAITING: dict[str, set[str]] = {
+    "test_suffix.py": {"specchat.engine.suffix._gather", "specchat.engine.suffix._copied"},
+    "test_textdraft.py": {"from specchat.backend.loading import _text_vocabs"},
+}
+
+
+def test_every_awaited_use_names_a_file_of_the_repository() -> None:
+    names = {path.name for path in EVERY_FILE.values()}
+    assert set(AWAITING) <= names, f"AWAITING names no file: {set(AWAITING) - names}"
+
+
+@pytest.mark.parametrize("module", sorted(EVERY_FILE))
+def test_no_private_name_is_used_across_modules(module: str) -> None:
+    path = EVERY_FILE[module]
+    uses = private_uses(path.read_text(encoding="utf-8"), module, path.name == "__init__.py",
+                        set(EVERY_FILE))
+    used = {u.partition(": ")[2] for u in uses}
+    awaiting = AWAITING.get(path.name, set())
+    unexpected = [u for u in uses if u.partition(": ")[2] not in awaiting]
+    assert unexpected == [], \
+        f"{path.relative_to(REPO)} uses private names of other modules: {unexpected}"
+    assert awaiting <= used, f"no longer used, drop from AWAITING: {awaiting - used}"
+
+
+OURS = {"specchat", "specchat.engine", "specchat.engine.loop", "specchat.bench",
+        "specchat.bench.replay", "tests", "tests.fakes"}
+
+
+@pytest.mark.parametrize(("source", "use"), [
+    ("from specchat.engine.loop import Hooks, _Run\n", "from specchat.engine.loop import _Run"),
+    ("def f():\n    from specchat.engine.loop import (\n        _Run as R,\n    )\n",
+     "from specchat.engine.loop import _Run"),
+    ("from .loop import _Run\n", "from specchat.engine.loop import _Run"),
+    ("from ..engine import loop\nloop._Run\n", "specchat.engine.loop._Run"),
+    ("import specchat.engine.loop\nspecchat.engine.loop._Run()\n",
+     "specchat.engine.loop._Run"),
+    ("import specchat.engine.loop as el\nx = el._Run\n", "specchat.engine.loop._Run"),
+    ("from tests import fakes\nfakes._helper(1)\n", "tests.fakes._helper"),
+])
+def test_a_planted_private_use_is_caught(source: str, use: str) -> None:
+    uses = private_uses(source, "specchat.engine.drafters", False, OURS)
+    assert [u.partition(": ")[2] for u in uses] == [use]
+
+
+@pytest.mark.parametrize("source", [
+    "from specchat.engine.loop import generate_with, __doc__\n",  # public and dunder names
+    "import numpy as np\nnp._NoValue\n",  # another project's private: not ours to rule
+    "from specchat.engine import loop\nloop.Hooks._fields\n",  # a class's attribute
+    "def f(x):\n    return x._cache\n",  # an object's attribute
+])
+def test_what_is_not_a_private_use_across_modules(source: str) -> None:
+    assert private_uses(source, "specchat.engine.drafters", False, OURS) == []
+
+
+def test_a_module_may_use_its_own_private_names() -> None:
+    source = "from specchat.engine.loop import _Run\nimport specchat.engine.loop as me\nme._Run\n"
+    assert private_uses(source, "specchat.engine.loop", False, OURS) == []

@@ -85,7 +85,7 @@ def test_cache_files_that_are_fifos_count_as_missing(tmp_path: Path,
     refs.mkdir(parents=True)
     (refs.parent / "snapshots" / "abc").mkdir(parents=True)
     os.mkfifo(refs / "main")
-    assert _returns(lambda: hfcache._snapshots("me/x-GGUF", "main"), refs / "main") == \
+    assert _returns(lambda: hfcache.snapshots("me/x-GGUF", "main"), refs / "main") == \
         [refs.parent / "snapshots" / "abc"]
     hub_records_file().parent.mkdir(parents=True, exist_ok=True)
     os.mkfifo(hub_records_file())

@@ -7,12 +7,16 @@ prefill the draft model at all) that commits the whole answer in the least time 
 profile: a shortest path over (answer position, how far the draft model's cache lags), solved
 exactly by dynamic programming. Its plan then runs through the engine's own loop, so its time
 is charged by the same stand-ins as every other policy's.
+
+Given more places to copy from (`Candidates`: the drafting store's continuations, in the
+session replays of benchmarks/session_replay.py), a copy step drafts, at each position, the
+candidate the target keeps longest: prompt lookup's or one of those.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -31,6 +35,13 @@ from specchat.engine.options import Spec
 from specchat.engine.protocol import common_prefix
 
 PLAIN, LOOKUP, MODEL = "plain", "ngram", "draft"
+LOOKAHEAD = 16  # the longest copy the plan considers
+
+# Further continuations to copy from at a context, at most `depth` tokens each.
+Candidates = Callable[[Sequence[int], int], Iterable[Sequence[int]]]
+
+
+ORACLE_SOURCE = "oracle"  # the statistics' source of a copy from the candidates
 
 
 @dataclass(frozen=True)
@@ -42,11 +53,13 @@ class Step:
 class Plan:
     """The optimal steps for one recorded prompt on one profile."""
 
-    def __init__(self, setup: Setup, draft_max: int) -> None:
+    def __init__(self, setup: Setup, draft_max: int,
+                 candidates: Candidates | None = None) -> None:
         data, self.setup = setup.data, setup
         self.n, self.n_prompt = len(data.answer), len(data.prompt)
         self.max_tokens, self.draft_max = setup.options.max_tokens, draft_max
-        self.lookups = _lookups(setup)
+        self.candidates = candidates
+        self.lookups = _lookups(setup, candidates)
         self.proposals = _model_proposals(data.draft, data.eog, draft_max) \
             if setup.draft is not None else None
         self.overhead = overhead = setup.clock.overhead
@@ -122,15 +135,23 @@ class Plan:
         return (warm, True) if warm < cold else (cold, False)
 
 
-def _lookups(setup: Setup) -> list[tuple[int, ...]]:
-    """The prompt-lookup proposal (up to 16 tokens) at every answer position, as the engine's
-    own lookup drafter makes it."""
+def _lookups(setup: Setup, candidates: Candidates | None) -> list[tuple[int, ...]]:
+    """The copy proposal (up to LOOKAHEAD tokens) at every answer position: the engine's own
+    lookup drafter's, or the `candidates` one the target keeps longer."""
     drafter = make_drafter(setup.options.with_values(spec=Spec.NGRAM), setup.target, None)
     assert isinstance(drafter, PromptLookupDrafter)
     data, out = setup.data, []
     rng = np.random.default_rng(0)
     for i in range(len(data.answer)):
-        out.append(drafter.propose([*data.prompt, *data.answer[:i]], 16, rng).tokens)
+        context = [*data.prompt, *data.answer[:i]]
+        best = drafter.propose(context, LOOKAHEAD, rng).tokens
+        if candidates is not None:
+            truth = data.answer[i:]
+            for option in candidates(context, LOOKAHEAD):
+                tokens = tuple(int(t) for t in option[:LOOKAHEAD])
+                if common_prefix(tokens, truth) > common_prefix(best, truth):
+                    best = tokens
+        out.append(best)
     return out
 
 
@@ -173,6 +194,8 @@ class OraclePolicy:
         model = self.plan.setup.draft
         lag = len(context) - (len(model.tokens) if model is not None else 0)
         step = self.plan.best(i, lag)[1]
+        if step.kind == LOOKUP and self.plan.candidates is not None:
+            return Draft(self.plan.lookups[i][: step.k], None, ORACLE_SOURCE)
         if step.kind == LOOKUP:
             return self.lookup.propose(context, step.k, rng)  # type: ignore[union-attr]
         if step.kind == MODEL and self.model is not None:
@@ -192,7 +215,8 @@ class OraclePolicy:
             self.model.reset(context)
 
 
-def oracle_policy(setup: Setup) -> OraclePolicy:
+def oracle_policy(setup: Setup, candidates: Candidates | None = None) -> OraclePolicy:
+    """The per-step oracle on one prompt; with `candidates`, copies from those too."""
     # The plan recurses once per answer token; long answers need more than the default.
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20 * (len(setup.data.answer) + 100)))
-    return OraclePolicy(Plan(setup, setup.options.draft_max))
+    return OraclePolicy(Plan(setup, setup.options.draft_max, candidates))

@@ -1,4 +1,8 @@
-"""Priced replays: the engine's own policies on recorded answers, on a profiled machine's clock.
+"""Replays: the engine's own policies on recorded answers, on a priced machine's clock.
+
+The one way a recorded answer runs through the real loop (`run_answer`, the engine's public
+`generate_with`): `specchat bench --cost-profile`, the sweep, the tests and the research
+scripts in benchmarks/ all replay through it.
 
 Greedy speculative decoding is exact, so every policy commits the recorded answer; only the
 time differs, and the clock charges every target batch, draft step and prefill from the cost
@@ -22,11 +26,24 @@ from specchat.bench.standins import PricedClock, Renumbered, StandIn, stand_ins
 from specchat.engine.auto import AutoState
 from specchat.engine.drafters import EMPTY_DRAFT, Draft, Drafter
 from specchat.engine.events import Finished, drain
-from specchat.engine.loop import Hooks, generate, generate_with, make_drafter
+from specchat.engine.loop import Hooks, generate_with, make_drafter, make_policy
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.policy import DraftPolicy
+from specchat.engine.protocol import LogitsModel
 
 DRAFT_MAX = 16
+
+
+def run_answer(target: LogitsModel, prompt: Sequence[int], options: GenerationOptions,
+               policy: DraftPolicy, hooks: Hooks, answer: Sequence[int],
+               what: str) -> Finished:
+    """Run `policy` through the engine's own loop and return its Finished; a replay that does
+    not commit the recorded `answer` is a RuntimeError (exactness broke, or the stand-ins
+    do not match the data), naming `what` was replayed."""
+    finished = drain(generate_with(target, list(prompt), options, policy, hooks))
+    if finished is None or finished.tokens != tuple(answer):
+        raise RuntimeError(f"the replay of {what} did not reproduce the recorded answer")
+    return finished
 
 
 @dataclass(frozen=True)
@@ -65,10 +82,10 @@ class Setup:
                                     draft_max=draft_max)
         return cls(item, data, target, draft, clock, options)
 
-    def finish(self, name: str, finished: Finished | None) -> Run:
-        if finished is None or finished.tokens != self.data.answer:
-            raise RuntimeError(f"the replay of {self.item.question_id} under {name} did not "
-                               "reproduce the recorded answer")
+    def run(self, name: str, policy: DraftPolicy, hooks: Hooks) -> Run:
+        """`policy` (named `name`) through the loop on this prompt, priced."""
+        finished = run_answer(self.target, self.data.prompt, self.options, policy, hooks,
+                              self.data.answer, f"{self.item.question_id} under {name}")
         stats = finished.stats
         plain = len(self.data.answer) * (self.target.costs.batch(1) + self.clock.overhead)
         return Run(self.item.question_id, self.item.category, name, len(self.data.answer),
@@ -80,10 +97,9 @@ def replay_mode(item: Recorded, recording: Recording, profile: CostProfile, spec
                 state: AutoState | None = None, draft_max: int = DRAFT_MAX) -> Run:
     """The engine's own mode (`off`, `ngram`, `draft`, `auto`) on one recorded prompt."""
     setup = Setup.of(item, recording, profile, spec, draft_max)
-    hooks = Hooks(auto=state, clock=setup.clock)
-    events = generate(setup.target, list(setup.data.prompt), setup.options,
-                      draft=setup.draft if spec.uses_draft_model else None, hooks=hooks)
-    return setup.finish(spec.value, drain(events))
+    policy = make_policy(setup.options, setup.target,
+                         setup.draft if spec.uses_draft_model else None, state)
+    return setup.run(spec.value, policy, Hooks(auto=state, clock=setup.clock))
 
 
 PolicyMaker = Callable[[Setup], DraftPolicy]
@@ -93,9 +109,7 @@ def replay_policy(item: Recorded, recording: Recording, profile: CostProfile, na
                   make: PolicyMaker, draft_max: int = DRAFT_MAX) -> Run:
     """A policy of the caller's (fixed k, the oracle) through the same loop."""
     setup = Setup.of(item, recording, profile, draft_max=draft_max)
-    events = generate_with(setup.target, list(setup.data.prompt), setup.options, make(setup),
-                           Hooks(clock=setup.clock))
-    return setup.finish(name, drain(events))
+    return setup.run(name, make(setup), Hooks(clock=setup.clock))
 
 
 class Fixed:

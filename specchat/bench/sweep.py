@@ -23,10 +23,9 @@ import numpy as np
 from specchat.bench.priced import FIXED_KS, OVERALL
 from specchat.bench.profiles import FORMAT, VERSION, CostProfile, builtin_names, load, parse
 from specchat.bench.recording import Recorded, Recording
-from specchat.bench.replay import DRAFT_MAX, Setup, can_draft, fixed, replay_modes
+from specchat.bench.replay import DRAFT_MAX, Setup, can_draft, fixed, replay_modes, run_answer
 from specchat.bench.standins import PricedClock, Renumbered, StandIn
-from specchat.engine.events import drain
-from specchat.engine.loop import Hooks, generate_with
+from specchat.engine.loop import Hooks
 from specchat.engine.options import GenerationOptions, Spec
 
 # What one extra row of a verify batch costs, in target steps, and one draft step.
@@ -107,10 +106,8 @@ def trace_fixed(item: Recorded, recording: Recording, spec: Spec, k: int,
         data.draft, n, data, anything, clock, "draft", data.draft_p, calls=calls)
     options = GenerationOptions(max_tokens=recording.max_tokens, draft_max=draft_max)
     setup = Setup(item, data, target, draft, clock, options)
-    finished = drain(generate_with(target, list(data.prompt), options, fixed(spec, k)(setup),
-                                   Hooks(clock=clock)))
-    if finished is None or finished.tokens != data.answer:
-        raise RuntimeError(f"{spec.value} k={k} did not reproduce {item.question_id}")
+    run_answer(target, data.prompt, options, fixed(spec, k)(setup), Hooks(clock=clock),
+               data.answer, f"{item.question_id} under {spec.value} k={k}")
     return Trace(item.category, len(data.answer), calls)
 
 

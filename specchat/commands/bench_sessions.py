@@ -41,7 +41,7 @@ def bench_sessions(file: Path | None, categories: str | None, limit: int | None,
         raise UsageError(f"session {with_tools[0]} has tools, which `specchat ask` does not "
                          "take: run it with --via serve")
     mode_list = parse_modes(modes, (Spec.AUTO,))
-    launch = Launch(specchat_argv(), _model_flags(settings), settings["max_tokens"])
+    launch = Launch(specchat_argv(), flags_passed_on(settings), settings["max_tokens"])
     plain = _peer(settings) if peer else None
     if plain is not None:
         mode_list = [*mode_list, plain.name]
@@ -92,7 +92,7 @@ def _chosen(sessions: list[Session], categories: str | None,
     return sessions
 
 
-def _model_flags(settings: Settings) -> tuple[str, ...]:
+def flags_passed_on(settings: Settings) -> tuple[str, ...]:
     flags: list[str] = []
     for name in PASSED_ON:
         value, option = settings[name], BY_NAME[name]

@@ -37,7 +37,7 @@ class CachedFile:
     path: Path
 
 
-def _snapshots(repo: str, revision: str) -> list[Path]:
+def snapshots(repo: str, revision: str) -> list[Path]:
     """Snapshot folders of `repo`, the one `revision` points at first, then newest first."""
     root = repo_dir(repo)
     try:
@@ -83,7 +83,7 @@ def resolve_cached(ref: HfRef) -> Path | None:
     recorded = _recorded(ref)
     if recorded is not None:
         return recorded
-    for snapshot in _snapshots(ref.repo, ref.revision):
+    for snapshot in snapshots(ref.repo, ref.revision):
         groups = group_files(_complete_files(snapshot))
         if not groups:
             continue
@@ -97,7 +97,7 @@ def resolve_cached(ref: HfRef) -> Path | None:
 
 def cached_quants(repo: str) -> list[str]:
     """The quantizations of `repo` complete in the cache, in any snapshot (for messages)."""
-    groups = [g for snapshot in _snapshots(repo, "main")
+    groups = [g for snapshot in snapshots(repo, "main")
               for g in group_files(_complete_files(snapshot))]
     return available_quants(groups)
 
@@ -143,7 +143,7 @@ def cached_gguf_files() -> Iterator[CachedFile]:
     for root in repos:
         repo = root.name.removeprefix("models--").replace("--", "/", 1)
         seen: set[str] = set()
-        for snapshot in _snapshots(repo, "main"):
+        for snapshot in snapshots(repo, "main"):
             for group in group_files(_complete_files(snapshot)):
                 if group.first not in seen:
                     seen.add(group.first)

@@ -107,7 +107,11 @@ def test_entry_too_long_for_the_context_is_skipped(tmp_path: Path) -> None:
 
 
 def test_lru_eviction_keeps_the_size_bound(tmp_path: Path) -> None:
-    entry = len(pc._encode("model-a", prompt(300), StatefulFake().save_state() + b"x" * 1200))
+    # One entry's size on disk, as this cache writes it (measured apart from the bound).
+    scratch = PromptCache(tmp_path / "one", min_new_tokens=10)
+    measured = scratch.save(prefilled([39] + prompt(299)), evaluated=300)
+    assert measured is not None
+    entry = measured.stat().st_size
     cache = PromptCache(tmp_path, limit=int(entry * 2.5), min_new_tokens=10)
     paths = []
     for i in range(3):

@@ -180,7 +180,7 @@ def test_prompt_lookup_is_exact_with_every_warp() -> None:
 
 # --- negative controls: wrong rules must fail the same check ----------------------------
 
-def _always_accept(p: Any, draft: Sequence[int], q: Any, rng: np.random.Generator
+def always_accept(p: Any, draft: Sequence[int], q: Any, rng: np.random.Generator
                    ) -> tuple[int, int]:
     row = p if callable(p) else p.__getitem__
     return len(draft), sample(row(len(draft)), rng)
@@ -202,7 +202,7 @@ class UnwarpedQDrafter(DraftModelDrafter):
 def test_negative_control_always_accepting_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     target = FakeModel(6, seed=14)
     draft = FakeModel(6, seed=15)
-    monkeypatch.setattr(loop, "accept_sampled", _always_accept)
+    monkeypatch.setattr(loop, "accept_sampled", always_accept)
     result = draw(target, options(PLAIN, "draft"), draft=draft)
     assert chi2_pvalue(result.counts, exact_sequences(target, PROMPT, PLAIN)) < P_MIN
 

@@ -34,7 +34,7 @@ from tests.engine.test_acceptance_exact import (  # noqa: F401 - memoized_warps 
     PLAIN,
     TOPK_PENALTY,
     Draws,
-    _always_accept,
+    always_accept,
     assert_exact,
     chi2_pvalue,
     exact_sequences,
@@ -120,7 +120,7 @@ def test_sampled_answers_under_auto_have_the_targets_distribution() -> None:
 
 
 def test_negative_control_always_accepting_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loop, "accept_sampled", _always_accept)
+    monkeypatch.setattr(loop, "accept_sampled", always_accept)
     result = draw(opts(PLAIN, "draft"))
     assert chi2_pvalue(result.counts, exact_sequences(pair()[0], PROMPT, PLAIN)) < P_MIN
 

@@ -36,7 +36,7 @@ from specchat.engine.textdraft import TextVocabs
 from tests.engine.test_acceptance_exact import (  # noqa: F401 - memoized_warps is an autouse fixture
     P_MIN,
     Draws,
-    _always_accept,
+    always_accept,
     assert_exact,
     chi2_pvalue,
     exact_sequences,
@@ -160,7 +160,7 @@ def test_sampled_answers_have_the_targets_exact_distribution(
 def test_negative_control_always_accepting_fails(
         pair: Setup, exact: dict[tuple[int, ...], float],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loop, "accept_sampled", _always_accept)
+    monkeypatch.setattr(loop, "accept_sampled", always_accept)
     assert chi2_pvalue(draw(pair, N_CONTROL).counts, exact) < P_MIN
 
 

@@ -23,7 +23,7 @@ from specchat.engine import loop
 from specchat.engine import tree as tree_module
 from specchat.engine.drafters import EMPTY_DRAFT, Draft
 from specchat.engine.events import Finished
-from specchat.engine.loop import Hooks, _Run
+from specchat.engine.loop import generate_with
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.sampling import probs, sample
 from specchat.engine.tree import TreeDraft, accept_candidates
@@ -97,7 +97,7 @@ class TopTree:
 
 def run(target: FakeModel, policy: Any, opts: GenerationOptions,
         prompt: Sequence[int] = PROMPT) -> Finished:
-    *_, fin = _Run(target, list(prompt), opts, policy, Hooks()).events()
+    *_, fin = generate_with(target, prompt, opts, policy)
     assert isinstance(fin, Finished)
     return fin
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specchat.backend.tuning import Calibration
-from specchat.commands.bench_sessions import _model_flags
+from specchat.commands.bench_sessions import flags_passed_on
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.settings.file import Settings
@@ -52,8 +52,8 @@ def test_exact_is_opt_in_and_reaches_the_load_settings() -> None:
 def test_a_benchmark_passes_exact_and_flash_attention_to_every_process() -> None:
     base = {"model": "m", "draft": None, "ctx": 4096, "threads": None, "n_gpu_layers": None,
             "flash_attn": "off"}
-    off = _model_flags(Settings({**base, "exact": False}, {}))
-    on = _model_flags(Settings({**base, "exact": True}, {}))
+    off = flags_passed_on(Settings({**base, "exact": False}, {}))
+    on = flags_passed_on(Settings({**base, "exact": True}, {}))
     assert "--no-exact" in off and "--exact" in on and "--no-exact" not in on
     assert off[off.index("--flash-attn") + 1] == "off"
 

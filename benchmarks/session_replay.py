@@ -1,22 +1,27 @@
-"""Noise-free A/B of drafting from earlier answers: sessions replayed on a priced clock.
+"""Drafting from the drafting store: sessions replayed, priced by a cost table (docs/drafting.md).
 
 `collect` runs the real target once per request of a session file (`--spec off`, greedy, a
 fresh context per request, as one `specchat ask` per request would) and keeps the prompt,
-the answer, and where the record the store would keep starts (backend/history.py). `replay`
-then runs specchat's real engine on every session in order, against a stand-in target that
-returns the known answer (benchmarks/replay.py) and verifies trees too, on a fake clock
-that charges every verify batch of n tokens what the cost table says. After each request
+the answer, and where the record the store would keep starts (backend/draftstore.py).
+`replay` then runs specchat's real engine on every session in order through specchat/bench's
+replay harness (a stand-in target that returns the known answer and verifies trees too, a
+clock that charges every verify batch of n tokens what the cost table says). After each request
 its record goes into an in-memory store, as `ask` would write it; `auto` drafts from it from
 the second request on. Speedup = plain decoding's time on that clock over the mode's time,
-from each session's second request on. No timing noise: only the cost table is a machine's.
+from each session's second request on. Almost no timing noise: the one wall-clock reading
+left is the store drafter's own lookup time (engine/history.py times it with
+time.perf_counter, not the loop's clock), which moves `auto` and `chains` by up to ~0.02x in
+a category between runs on a busy machine; the other modes and `oracle` repeat exactly.
 
-    python benchmarks/sessions.py collect OUT.json [SESSIONS.jsonl] -n 256
-    python benchmarks/sessions.py replay OUT.json [--table cpu|gpu|R1,R2,...] [-n 128]
-        [--modes ngram,auto,nohistory,chains] [--draft-max K]
+    python benchmarks/session_replay.py collect OUT.json [SESSIONS.jsonl] -n 256
+    python benchmarks/session_replay.py replay OUT.json [--table cpu|gpu|R1,R2,...] [-n 128]
+        [--modes ngram,auto,nohistory,chains,oracle] [--draft-max K]
+    python benchmarks/session_replay.py lookups OUT.json[,MORE.json] [-n 128]
 
 Modes: `auto` (with the store; trees where the target verifies them), `chains` (the store,
-chains only), `nohistory` (auto as it was: prompt lookup only), `ngram`. `--table gpu`
-prices a batch of n at 1 + 0.03 (n - 1) steps; `cpu` is replay.py's quiet 2-core table.
+chains only), `nohistory` (auto as it was: prompt lookup only), `ngram`, `oracle`
+(specchat/bench/oracle.py's per-step oracle copying from prompt lookup or the store). `--table
+gpu` prices a batch of n at 1 + 0.03 (n - 1) steps; `cpu` is the quiet 2-core table.
 `--draft-max 2` is what an exact CPU target allows (llm/exact.py: 3 rows per verify).
 """
 
@@ -31,18 +36,20 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.replay import QUIET_RATIOS, ReplayTarget
+from specchat.bench.oracle import Candidates, oracle_policy
+from specchat.bench.recording import Recorded
+from specchat.bench.replay import Setup, run_answer
+from specchat.bench.standins import PricedClock, Renumbered, TablePrices, TreeStandIn
 from specchat.engine.auto import AutoState
 from specchat.engine.cost import CostTable
-from specchat.engine.drafters import Draft, PromptLookupDrafter
 from specchat.engine.events import Finished
 from specchat.engine.history import MATCH_BUCKETS, HistoryDrafter
-from specchat.engine.loop import Hooks, _Run, generate
-from specchat.engine.options import GenerationOptions
-from specchat.engine.protocol import common_prefix
+from specchat.engine.loop import Hooks, make_policy
+from specchat.engine.options import GenerationOptions, Spec
+from specchat.engine.policy import DraftPolicy
 from specchat.engine.suffix import Segment, SuffixIndex
 
-GPU_RATIOS = ",".join(f"{1 + 0.03 * i:.2f}" for i in range(65))
+ORACLE = "oracle"
 
 
 def collect(args: argparse.Namespace) -> int:
@@ -71,79 +78,6 @@ def collect(args: argparse.Namespace) -> int:
     return 0
 
 
-class TreeReplayTarget(ReplayTarget):
-    """ReplayTarget that verifies trees: a row's choice is the answer's next token when the
-    path to it is the answer so far, else the end-of-generation token (never accepted:
-    acceptance only walks down rows whose path the target itself chose)."""
-
-    def __init__(self, *args: Any, branches: int = 8, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.max_branches = branches
-        self._pending: tuple[list[int], list[int]] | None = None
-
-    def eval_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
-        start = len(self._tokens)
-        self.now[0] += self.table.cost(len(tokens))
-        out = np.zeros((len(tokens), self.vocab), dtype=np.float32)
-        paths: list[list[int]] = []
-        for i, tok in enumerate(tokens):
-            path = [*paths[parents[i]], tok] if i else [tok]
-            paths.append(path)
-            right = self.full[start: start + len(path)] == path
-            pos = start + len(path)
-            out[i, self.full[pos] if right and pos < len(self.full) else self.vocab - 1] = 10
-        self._tokens.append(int(tokens[0]))
-        self._pending = (list(tokens), list(parents))
-        return out
-
-    def keep_path(self, rows: Sequence[int]) -> None:
-        assert self._pending is not None
-        self._tokens.extend(self._pending[0][r] for r in rows)
-        self._pending = None
-
-    def truncate(self, n: int) -> None:
-        self._pending = None
-        super().truncate(n)
-
-
-class Oracle:
-    """Knows the answer (a DraftPolicy): each step drafts the longest right continuation
-    among what prompt lookup and the store's occurrences offer, at the length that pays
-    best on the table. The ceiling of copying from the context and the store."""
-
-    def __init__(self, answer: Sequence[int], n_prompt: int, table: CostTable,
-                 index: SuffixIndex | None) -> None:
-        self.lookup = PromptLookupDrafter(2, 5)
-        self.answer, self.n_prompt, self.table, self.index = answer, n_prompt, table, index
-
-    def prepare(self, context: Sequence[int]) -> None:
-        self.lookup.prepare(context)
-
-    def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
-        truth = list(self.answer[len(context) - self.n_prompt:][:k])
-        options = [list(self.lookup.propose(context, k, rng).tokens)]
-        found = self.index.lookup(context, max_occurrences=256, depth=k) if self.index else None
-        if found is not None:
-            options += [[int(t) for t in row if t >= 0] for row in found.following]
-        best: list[int] = []
-        for option in options:
-            right = common_prefix(option, truth)
-            if right > len(best):
-                best = option[:right]
-        n = max(range(len(best) + 1), key=lambda i: (i + 1) / self.table.cost(i + 1))
-        return Draft(tuple(best[:n]), None, "oracle")
-
-    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
-                verify_seconds: float = 0.0) -> None:
-        return None
-
-    def rollback(self, context: Sequence[int]) -> None:
-        return None
-
-    def reset(self, context: Sequence[int]) -> None:
-        return None
-
-
 def _remap(sessions: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     """Token ids renumbered densely (the stand-in target's rows stay small)."""
     ids = sorted({t for s in sessions for r in s["requests"] for t in r["prompt"] + r["answer"]})
@@ -155,32 +89,37 @@ def _remap(sessions: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     return out, len(ids) + 1
 
 
-def replay_session(session: dict[str, Any], mode: str, table: CostTable, vocab: int,
+def replay_session(session: dict[str, Any], mode: str, price: TablePrices, vocab: int,
                    max_tokens: int, draft_max: int = 16) -> list[dict[str, Any]]:
-    """Every request of a session in order; per request what the mode cost on the clock."""
+    """Every request of a session in order, through specchat/bench's replay harness; per
+    request what the mode cost on the clock."""
     segments: list[Segment] = []
     learnt: dict[str, Any] = {}
     rows = []
     for request in session["requests"]:
         prompt, answer = request["prompt"], request["answer"][:max_tokens]
-        now = [0.0]
-        branches = 8 if mode == "auto" else 1
-        target = TreeReplayTarget(prompt, answer, vocab, table, now, branches=branches)
+        data = Renumbered.dense(prompt, answer, vocab)
+        clock = PricedClock()
+        target = TreeStandIn(data.answer, len(prompt), data, price, clock, "target",
+                             branches=8 if mode == "auto" else 1)
         # One process per request, as a shell loop runs `ask`: costs as calibrated, the
         # acceptance learnt so far carried over (the calibration file keeps it).
-        state = AutoState(target_costs=CostTable(list(table.seconds), learn=False))
+        state = AutoState(target_costs=CostTable(list(price.table.seconds), learn=False))
         state.import_acceptance(learnt)
         history = SuffixIndex(list(segments), vocab) if mode in ("auto", "chains") else None
-        spec = "ngram" if mode == "ngram" else "auto"
+        spec = Spec.NGRAM if mode in ("ngram", ORACLE) else Spec.AUTO
         options = GenerationOptions(max_tokens=len(answer), spec=spec, draft_max=draft_max)
-        hooks = Hooks(clock=lambda now=now: now[0], auto=state, history=history)
-        if mode == "oracle":
-            oracle = Oracle(answer, len(prompt), table, SuffixIndex(list(segments), vocab))
-            events = _Run(target, list(prompt), options, oracle, hooks).events()
+        hooks = Hooks(clock=clock, auto=state, history=history)
+        policy: DraftPolicy
+        if mode == ORACLE:
+            recorded = Recorded(session["session"], session["category"], data.prompt,
+                                data.answer, "length", None)
+            policy = oracle_policy(Setup(recorded, data, target, None, clock, options),
+                                   store_candidates(SuffixIndex(list(segments), vocab)))
         else:
-            events = generate(target, prompt, options, hooks=hooks)
-        *_, fin = events
-        assert isinstance(fin, Finished) and list(fin.tokens) == answer, "not exact"
+            policy = make_policy(options, target, None, state, None, history)
+        fin = run_answer(target, prompt, options, policy, hooks, answer,
+                         f"{session['session']} under {mode}")
         learnt = state.export_acceptance()
         segments.append(Segment.of_records([prompt[request["cut"]:] + request["answer"]]))
         rows.append({"tokens": len(answer), "seconds": fin.stats.decode_seconds,
@@ -188,16 +127,26 @@ def replay_session(session: dict[str, Any], mode: str, table: CostTable, vocab: 
     return rows
 
 
+def store_candidates(index: SuffixIndex) -> Candidates:
+    """The continuations the drafting store offers at a context (what the oracle may copy
+    besides prompt lookup)."""
+    def candidates(context: Sequence[int], depth: int) -> list[list[int]]:
+        found = index.lookup(context, max_occurrences=256, depth=depth)
+        if found is None:
+            return []
+        return [[int(t) for t in row if t >= 0] for row in found.following]
+    return candidates
+
+
 def replay(args: argparse.Namespace) -> int:
-    ratios = {"cpu": QUIET_RATIOS, "gpu": GPU_RATIOS}.get(args.table, args.table)
-    table = CostTable.from_ratios(1.0, [float(r) for r in ratios.split(",")])
+    price = TablePrices.named(args.table)
     sessions, vocab = _remap(json.loads(Path(args.data).read_text()))
     modes = args.modes.split(",")
     sums: dict[str, dict[str, list[float]]] = {}
     for s in sessions:
         for mode in modes:
-            rows = replay_session(s, mode, table, vocab, args.max_tokens, args.draft_max)[1:]
-            plain = sum(r["tokens"] for r in rows) * table.cost(1)
+            rows = replay_session(s, mode, price, vocab, args.max_tokens, args.draft_max)[1:]
+            plain = sum(r["tokens"] for r in rows) * price.batch(1)
             for key in (s["session"], "overall"):
                 cell = sums.setdefault(key, {}).setdefault(mode, [0.0, 0.0, 0.0, 0.0])
                 cell[0] += plain

@@ -1,0 +1,59 @@
+"""benchmarks/ holds only research scripts a document quotes: benchmarks/README.md lists every
+one with what it measures and the documents that quote it, each script's docstring starts with
+that same line, and each listed document does quote the script."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FOLDER = REPO / "benchmarks"
+ROW = re.compile(r"^\| `([^`]+)` \| (.+) \| ([^|]+) \|$")
+
+
+def listed() -> dict[str, tuple[str, list[str]]]:
+    """README rows: script -> (what it measures, the documents that quote it)."""
+    rows = {}
+    for line in (FOLDER / "README.md").read_text(encoding="utf-8").splitlines():
+        match = ROW.match(line)
+        if match:
+            script, what, docs = match.groups()
+            rows[script] = (what, [d.strip() for d in docs.split(",")])
+    return rows
+
+
+SCRIPTS = sorted(p.name for p in FOLDER.iterdir() if p.suffix in (".py", ".sh")
+                 and p.name != "__init__.py")
+
+
+def test_the_readme_lists_every_script_and_nothing_else() -> None:
+    assert sorted(listed()) == SCRIPTS
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_is_quoted_by_the_documents_listed(script: str) -> None:
+    _, docs = listed()[script]
+    for doc in docs:
+        text = (REPO / doc).read_text(encoding="utf-8")
+        assert f"benchmarks/{script}" in text, f"{doc} does not quote benchmarks/{script}"
+
+
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if s.endswith(".py")])
+def test_a_script_says_first_what_it_measures(script: str) -> None:
+    what, docs = listed()[script]
+    doc = ast.get_docstring(ast.parse((FOLDER / script).read_text(encoding="utf-8")))
+    assert doc is not None, f"{script} has no docstring"
+    first = doc.splitlines()[0]
+    assert first.lower().startswith(what.lower()), (first, what)
+    assert f"({docs[0]})" in first, f"{script}'s first line does not name {docs[0]}"
+
+
+def test_no_script_shares_a_name_with_a_module_of_specchat_bench() -> None:
+    bench = {p.name for p in (REPO / "specchat" / "bench").glob("*.py")} - {"sweep.py"}
+    # sweep.py is the one exception: it prints specchat/bench/sweep.py's results, the same
+    # thing under the same name.
+    assert bench.isdisjoint(SCRIPTS)
