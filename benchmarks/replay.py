@@ -29,11 +29,13 @@ import numpy as np
 
 from specchat.bench import prompts as bp
 from specchat.engine.auto import AutoState
+from specchat.engine.build import Hooks, generate
 from specchat.engine.cost import CostTable, match_bucket
 from specchat.engine.drafters import Draft, NgramIndex, PromptLookupDrafter
 from specchat.engine.events import Finished
-from specchat.engine.loop import Hooks, _Run, generate
+from specchat.engine.loop import _Run
 from specchat.engine.options import GenerationOptions
+from specchat.engine.policy import Step
 
 # Qwen2.5-Coder-1.5B Q4_K_M on a quiet 2-core VM (AMD EPYC, AVX2), 2 threads, every batch
 # size measured (python benchmarks/batchcost.py --depths 200 --rounds 3; docs/costs.md).
@@ -125,11 +127,10 @@ class OracleLookup:
                    key=lambda n: (min(n, right) + 1) / self.table.cost(n + 1))
         return Draft(tuple(avail[:best]), None)
 
-    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
-                verify_seconds: float = 0.0) -> None:
+    def observe(self, step: Step) -> None:
         return None
 
-    def rollback(self, context: Sequence[int]) -> None:
+    def committed(self, context: Sequence[int]) -> None:
         return None
 
     def reset(self, context: Sequence[int]) -> None:

@@ -33,13 +33,15 @@ import numpy as np
 
 from benchmarks.replay import QUIET_RATIOS, ReplayTarget
 from specchat.engine.auto import AutoState
+from specchat.engine.build import Hooks, generate
 from specchat.engine.cost import CostTable
 from specchat.engine.drafters import Draft, PromptLookupDrafter
 from specchat.engine.events import Finished
-from specchat.engine.history import MATCH_BUCKETS, HistoryDrafter
-from specchat.engine.loop import Hooks, _Run, generate
+from specchat.engine.loop import _Run
 from specchat.engine.options import GenerationOptions
+from specchat.engine.policy import Step
 from specchat.engine.protocol import common_prefix
+from specchat.engine.storedraft import MATCH_BUCKETS, StoreDrafter
 from specchat.engine.suffix import Segment, SuffixIndex
 
 GPU_RATIOS = ",".join(f"{1 + 0.03 * i:.2f}" for i in range(65))
@@ -133,11 +135,10 @@ class Oracle:
         n = max(range(len(best) + 1), key=lambda i: (i + 1) / self.table.cost(i + 1))
         return Draft(tuple(best[:n]), None, "oracle")
 
-    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
-                verify_seconds: float = 0.0) -> None:
+    def observe(self, step: Step) -> None:
         return None
 
-    def rollback(self, context: Sequence[int]) -> None:
+    def committed(self, context: Sequence[int]) -> None:
         return None
 
     def reset(self, context: Sequence[int]) -> None:
@@ -173,7 +174,7 @@ def replay_session(session: dict[str, Any], mode: str, table: CostTable, vocab: 
         history = SuffixIndex(list(segments), vocab) if mode in ("auto", "chains") else None
         spec = "ngram" if mode == "ngram" else "auto"
         options = GenerationOptions(max_tokens=len(answer), spec=spec, draft_max=draft_max)
-        hooks = Hooks(clock=lambda now=now: now[0], auto=state, history=history)
+        hooks = Hooks(clock=lambda now=now: now[0], auto=state, store=history)
         if mode == "oracle":
             oracle = Oracle(answer, len(prompt), table, SuffixIndex(list(segments), vocab))
             events = _Run(target, list(prompt), options, oracle, hooks).events()
@@ -222,11 +223,11 @@ def lookups(args: argparse.Namespace) -> int:
             segments: list[Segment] = []
             for i, r in enumerate(s["requests"]):
                 answer = r["answer"][: args.max_tokens]
-                drafter = HistoryDrafter(SuffixIndex(list(segments), vocab),
-                                         AutoState().model)
+                drafter = StoreDrafter(SuffixIndex(list(segments), vocab),
+                                       AutoState().model, CostTable.from_ratios(1.0, [1.0] * 17))
                 context = list(r["prompt"])
                 for token in answer if i else ():
-                    drafter.plan(context, 16, CostTable.from_ratios(1.0, [1.0] * 17))
+                    drafter.propose(context, 16)
                     found = drafter.last_candidates
                     if found is not None:
                         tree, bucket, support = found

@@ -8,11 +8,16 @@ from typing import Any
 import numpy as np
 import pytest
 
+from specchat.engine.build import generate, make_drafter
 from specchat.engine.events import Chunk, Event, Finished
-from specchat.engine.loop import generate, make_drafter
 from specchat.engine.options import GenerationOptions, SamplingOptions
-from specchat.engine.policy import Adaptive
+from specchat.engine.policy import Adaptive, Step
 from tests.fakes import FakeModel
+
+
+def step(drafted: int, accepted: int) -> Step:
+    """A step record with only what a policy learns from."""
+    return Step(drafted, accepted, "", 0.0, 0.0)
 
 PROMPT = [1, 2, 3, 4, 1, 2, 3, 5, 1, 2]
 
@@ -258,13 +263,13 @@ def test_ngram_drafts_the_match_and_adaptive_k_grows_and_shrinks() -> None:
     assert ngram.propose(prompt, 4, rng).tokens == (3, 4, 5, 6)
     k = Adaptive(ngram, 16)
     assert k.k == 4 and k.propose(prompt, 16, rng).tokens == (3, 4, 5, 6)
-    k.observe(4, 4)
+    k.observe(step(4, 4))
     assert k.k == 8
-    k.observe(8, 8)
-    k.observe(16, 16)
+    k.observe(step(8, 8))
+    k.observe(step(16, 16))
     assert k.k == 16
     assert len(k.propose(prompt, 2, rng).tokens) == 2  # the loop's limit comes first
-    k.observe(16, 2)
+    k.observe(step(16, 2))
     assert k.k == 3
-    k.observe(0, 0)  # nothing drafted: no evidence
+    k.observe(step(0, 0))  # nothing drafted: no evidence
     assert k.k == 3

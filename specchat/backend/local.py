@@ -32,9 +32,10 @@ from specchat.backend.draftstore import (
 from specchat.backend.promptcache import PromptCache, StatefulModel
 from specchat.backend.structured import Guides, uses_tools, with_format_note
 from specchat.engine.auto import AutoState
+from specchat.engine.build import Hooks, generate
 from specchat.engine.constraint import Constraint
 from specchat.engine.events import Event, Finished
-from specchat.engine.loop import Hooks, Restore, generate
+from specchat.engine.loop import Restore
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.protocol import LogitsModel, common_prefix
 from specchat.engine.stats import Stats
@@ -87,11 +88,13 @@ class Runtime(Backend):
         grammar from options.structure or the tool choice."""
         options = self.effective_options(options)
         draft = self.draft_for(options.spec)
-        history = None
+        store = None
         if self.drafts is not None and options.spec is Spec.AUTO:
-            history = self.drafts.index(self.target.n_vocab)
+            store = self.drafts.index(self.target.n_vocab)
+        on_step = None if self.governor is None else \
+            self.governor.step_listener(self.auto.target_costs)
         hooks = Hooks(auto=self.auto, progress=progress, restore=self._restorer(draft),
-                      governor=self.governor, history=history,
+                      on_step=on_step, store=store,
                       constraint=self._constraint(options, tools), vocabs=self.vocabs)
         events = generate(self.target, prompt, options, draft=draft, hooks=hooks)
         if self.governor is None or self.cpu_share is None:
@@ -130,8 +133,7 @@ class Runtime(Backend):
                               enabled=True, size=size, private=False, root=root / name)
 
         def fresh_auto() -> AutoState:
-            return AutoState(target_costs=base.target_costs, draft_costs=base.draft_costs,
-                             overhead=base.overhead)
+            return AutoState(target_costs=base.target_costs, draft_costs=base.draft_costs)
 
         chats = self.drafts if isinstance(self.drafts, DraftStore) else None
         self.clients = Clients(own_store, fresh_auto, chats)

@@ -19,6 +19,7 @@ from functools import lru_cache
 import numpy as np
 
 from specchat.bench.replay import Setup
+from specchat.engine.build import make_drafter
 from specchat.engine.drafters import (
     EMPTY_DRAFT,
     PREFILL_CHUNK,
@@ -26,8 +27,8 @@ from specchat.engine.drafters import (
     DraftModelDrafter,
     PromptLookupDrafter,
 )
-from specchat.engine.loop import make_drafter
 from specchat.engine.options import Spec
+from specchat.engine.policy import Step as StepRecord
 from specchat.engine.protocol import common_prefix
 
 PLAIN, LOOKUP, MODEL = "plain", "ngram", "draft"
@@ -174,18 +175,17 @@ class OraclePolicy:
         lag = len(context) - (len(model.tokens) if model is not None else 0)
         step = self.plan.best(i, lag)[1]
         if step.kind == LOOKUP:
-            return self.lookup.propose(context, step.k, rng)  # type: ignore[union-attr]
+            return self.lookup.propose(context, step.k, rng)  # type: ignore[union-attr,return-value]
         if step.kind == MODEL and self.model is not None:
             return self.model.propose(context, step.k, rng)
         return EMPTY_DRAFT
 
-    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
-                verify_seconds: float = 0.0) -> None:
+    def observe(self, step: StepRecord) -> None:
         return None
 
-    def rollback(self, context: Sequence[int]) -> None:
+    def committed(self, context: Sequence[int]) -> None:
         if self.model is not None:
-            self.model.rollback(context)
+            self.model.committed(context)
 
     def reset(self, context: Sequence[int]) -> None:
         if self.model is not None:

@@ -26,7 +26,7 @@ from specchat.bench.recording import Recorded, Recording
 from specchat.bench.replay import DRAFT_MAX, Setup, can_draft, fixed, replay_modes
 from specchat.bench.standins import PricedClock, Renumbered, StandIn
 from specchat.engine.events import drain
-from specchat.engine.loop import Hooks, generate_with
+from specchat.engine.loop import LoopHooks, generate_with
 from specchat.engine.options import GenerationOptions, Spec
 
 # What one extra row of a verify batch costs, in target steps, and one draft step.
@@ -108,7 +108,7 @@ def trace_fixed(item: Recorded, recording: Recording, spec: Spec, k: int,
     options = GenerationOptions(max_tokens=recording.max_tokens, draft_max=draft_max)
     setup = Setup(item, data, target, draft, clock, options)
     finished = drain(generate_with(target, list(data.prompt), options, fixed(spec, k)(setup),
-                                   Hooks(clock=clock)))
+                                   LoopHooks(clock=clock)))
     if finished is None or finished.tokens != data.answer:
         raise RuntimeError(f"{spec.value} k={k} did not reproduce {item.question_id}")
     return Trace(item.category, len(data.answer), calls)

@@ -1,12 +1,13 @@
 """`auto`: per step, draft with whatever is expected to give the most tokens per second.
 
-The choice is between a plain step (k=0), prompt lookup (nearly free to propose, one-hot q)
-and the draft model (costs draft steps), each with its own k, from measured verify costs and
-the acceptance observed so far (per drafter, per draft position; for prompt lookup also by
-how long the n-gram match is). Once the draft model is chosen, how far it drafts follows its
-own confidence in each token (draftlength.py). The state that learns lives in AutoState and
-is kept across answers (a chat, a benchmark), so each answer starts from what the last one
-taught.
+The choice is between a plain step (k=0), prompt lookup (`ngram`: nearly free to propose,
+one-hot q), the draft model (`draft`: costs draft steps) and the drafting store (`store`:
+a chain or a tree priced by the store drafter itself, storedraft.py), each with its own k,
+from measured verify costs and the acceptance observed so far (per drafter, per draft
+position; for prompt lookup also by how long the n-gram match is). Once the draft model is
+chosen, how far it drafts follows its own confidence in each token (draftlength.py). The
+state that learns lives in AutoState and is kept across answers (a chat, a benchmark), so
+each answer starts from what the last one taught.
 
 Exactness does not depend on any of this: the loop verifies whatever is proposed.
 """
@@ -28,7 +29,7 @@ from specchat.engine.autokeys import (
     STREAK_PRIOR_SHIFT,
     counts_of,
     is_confidence,
-    is_history,
+    is_store,
     key_name,
     parse_key,
 )
@@ -45,8 +46,10 @@ from specchat.engine.cost import (
     match_bucket,
 )
 from specchat.engine.drafters import (
+    DRAFT,
     EMPTY_DRAFT,
-    PROMPT,
+    NGRAM,
+    STORE,
     Draft,
     DraftModelDrafter,
     PromptLookupDrafter,
@@ -59,8 +62,9 @@ from specchat.engine.draftlength import (
     confidence_bucket,
     longest_useful,
 )
-from specchat.engine.history import HistoryDrafter, history_prior
+from specchat.engine.policy import Step
 from specchat.engine.protocol import common_prefix
+from specchat.engine.storedraft import StoreDrafter, store_prior
 from specchat.engine.textdraft import TextDrafter
 from specchat.engine.tree import TreeDraft
 
@@ -97,7 +101,6 @@ class AutoState:
     target_costs: CostTable = field(
         default_factory=lambda: CostTable.from_ratios(0.04, CPU_RATIOS))
     draft_costs: CostTable | None = None
-    overhead: float = 0.0  # seconds per step outside verify and drafting (sampling, Python)
     models: dict[Hashable, AcceptanceModel] = field(default_factory=dict)
     decisions: Counter[str] = field(default_factory=Counter)
     # Whether a draft-model step kept any token after its trim, and how many draft steps one
@@ -117,11 +120,11 @@ class AutoState:
             if key[0] == CONFIDENCE:  # one rate per bucket of the draft's confidence
                 self.models[key] = AcceptanceModel(CONFIDENCE_PRIORS[key[1]])
                 return self.models[key]
-            if key[0] == "history":  # (history, length bucket, support): engine/history.py
-                self.models[key] = AcceptanceModel(history_prior(key[1], key[2]))
+            if key[0] == STORE:  # (store, length bucket, support): engine/storedraft.py
+                self.models[key] = AcceptanceModel(store_prior(key[1], key[2]))
                 return self.models[key]
-            base = NGRAM_PRIORS[key[1]] if key[0] == "ngram" else DRAFT_MODEL_PRIOR
-            later = NGRAM_LATER_PRIORS[key[1]] if key[0] == "ngram" else None
+            base = NGRAM_PRIORS[key[1]] if key[0] == NGRAM else DRAFT_MODEL_PRIOR
+            later = NGRAM_LATER_PRIORS[key[1]] if key[0] == NGRAM else None
             self.models[key] = AcceptanceModel(
                 min(max(base + STREAK_PRIOR_SHIFT[key[-1]], 0.05), 0.95), later)
         return self.models[key]
@@ -176,20 +179,19 @@ class AutoState:
             key_name(key): [round(m.rate(i), 3)
                             for i in range(1, 2 if is_confidence(key) else 5)]
             for key, m in sorted(self.models.items(), key=lambda kv: key_name(kv[0]))
-            if not is_history(key)
+            if not is_store(key)
         }
-        # One conditional rate per kind of history candidate, for the kinds seen so far.
-        history = {key_name(key): round(m.rate(1), 3)
-                   for key, m in sorted(self.models.items(), key=lambda kv: key_name(kv[0]))
-                   if is_history(key) and m.trials[0] > 0}
+        # One conditional rate per kind of store candidate, for the kinds seen so far.
+        store = {key_name(key): round(m.rate(1), 3)
+                 for key, m in sorted(self.models.items(), key=lambda kv: key_name(kv[0]))
+                 if is_store(key) and m.trials[0] > 0}
         return {
             "verify_cost_ratios": [round(r, 2) for r in self.target_costs.ratios()],
             "step_seconds": self.target_costs.cost(1),
             "draft_step_ratio": (self.draft_costs.cost(1) / self.target_costs.cost(1)
                                  if self.draft_costs else None),
-            "overhead_seconds": self.overhead,
             "acceptance_estimates": rates,
-            "history_estimates": history,
+            "store_estimates": store,
             "draft_model_kept": round(self.draft_kept.rate(1), 3),
             "decisions": dict(self.decisions),
             "last_choice": {"drafter": self.last.drafter, "k": self.last.k,
@@ -198,24 +200,24 @@ class AutoState:
 
 
 class AutoPolicy:
-    """The `auto` draft policy (policy.DraftPolicy): per step, prompt lookup, the draft model
-    or a plain step, each with its own k, whichever is expected to give the most tokens per
-    second."""
+    """The `auto` draft policy (policy.DraftPolicy): per step, prompt lookup, the draft model,
+    the drafting store or a plain step, each with its own k, whichever is expected to give
+    the most tokens per second."""
 
     def __init__(self, state: AutoState, ngram: PromptLookupDrafter,
                  draft: DraftModelDrafter | TextDrafter | None, k_max: int,
-                 history: HistoryDrafter | None = None) -> None:
+                 store: StoreDrafter | None = None) -> None:
         self.state = state
         self.ngram = ngram
         self.k_max = k_max
-        self.history = history  # drafts from earlier answers (engine/history.py)
-        self._history_depth = 0  # how deep the history draft being verified goes
+        self.store = store  # drafts from earlier answers (engine/storedraft.py)
+        self._store_depth = 0  # how deep the store's draft being verified goes
         self.draft = draft if draft is not None and state.draft_model_can_pay(k_max) else None
         self._key: Hashable | None = None
         self._drafter: str | None = None  # who drafted the step being verified
         # How each drafter's last draft went: a draft model's miss says little about the
         # next lookup, and the other way round.
-        self._last = {"ngram": NO_DRAFT_YET, "draft": NO_DRAFT_YET}
+        self._last = {NGRAM: NO_DRAFT_YET, DRAFT: NO_DRAFT_YET}
         # Lookups auto saw but did not draft: (key, continuation, context length then).
         self._shadows: list[tuple[Hashable, tuple[int, ...], int]] = []
         self._confidence: list[float] = []  # the draft model's, per token it drafted last
@@ -243,52 +245,52 @@ class AutoPolicy:
             self._match_length(n, start))
         candidates, cold = self._candidates(context, limit, avail, bucket)
         choice = choose(self.state.target_costs, candidates, self.state.model,
-                        overhead=self.state.overhead, optimism=OPTIMISM)
-        plan = None if self.history is None else self.history.plan(
-            context, limit, self.state.target_costs, self.state.overhead)
-        if plan is not None and plan.expected_speedup > choice.expected_speedup:
-            choice = Choice("history", len(plan.draft.tokens), plan.expected_speedup)
+                        optimism=OPTIMISM)
+        stored = EMPTY_DRAFT if self.store is None else self.store.propose(context, limit, rng)
+        if stored.expected_speedup is not None and \
+                stored.expected_speedup > choice.expected_speedup:
+            choice = Choice(STORE, len(stored.tokens), stored.expected_speedup)
         if cold is not None:
             self._catch_up.rent(self._saving(cold, choice))
         self.state.last = choice
         self.state.decisions[f"{choice.drafter or 'plain'}"] += 1
         self._key = next((c.key for c in candidates if c.drafter == choice.drafter), None)
         self._drafter = choice.drafter
-        if choice.drafter != "ngram" and avail and len(self._shadows) < MAX_SHADOWS:
+        if choice.drafter != NGRAM and avail and len(self._shadows) < MAX_SHADOWS:
             self._shadows.append((candidates[0].key, tuple(avail), len(context)))
-        if choice.drafter == "ngram":
-            return Draft(tuple(avail[: choice.k]), None, PROMPT)
-        if choice.drafter == "history" and plan is not None:
-            self._history_depth = plan.depth
-            return plan.draft
-        if choice.drafter == "draft" and self.draft is not None:
+        if choice.drafter == NGRAM:
+            return Draft(tuple(avail[: choice.k]), None, NGRAM)
+        if choice.drafter == STORE:
+            self._store_depth = stored.depth
+            return stored
+        if choice.drafter == DRAFT and self.draft is not None:
             self._renting = False  # paid for: it catches up now
             return self._draft_model(context, choice, limit, rng)
         return EMPTY_DRAFT
 
-    def rollback(self, context: Sequence[int]) -> None:
+    def committed(self, context: Sequence[int]) -> None:
         if self.draft is not None:
-            self.draft.rollback(context)
+            self.draft.committed(context)
 
     def reset(self, context: Sequence[int]) -> None:
         if self.draft is not None:
             self.draft.reset(context)
 
-    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
-                verify_seconds: float = 0.0) -> None:
+    def observe(self, step: Step) -> None:
+        drafted, accepted = step.drafted, step.accepted
         self.state.tokens_this_answer += accepted + 1
-        if self._drafter == "draft":
+        if self._drafter == DRAFT:
             self._observe_trim(drafted)
         if self._key is not None and drafted:
             self.state.model(self._key).observe(drafted, accepted)
-            self._last[self._drafter or "ngram"] = (LAST_FULL if accepted >= drafted
+            self._last[self._drafter or NGRAM] = (LAST_FULL if accepted >= drafted
                                                     else LAST_FAILED)
             for n, confidence in enumerate(self._confidence[: min(accepted + 1, drafted)]):
                 self.state.model((CONFIDENCE, confidence_bucket(confidence))).observe(
                     1, int(n < accepted))
-        elif drafted:  # from the history, which learns from what is committed instead
+        elif drafted:  # from the store, which learns from what is committed instead
             # Its drafts include this context's own lookups: their streak is the lookup's.
-            self._last["ngram"] = LAST_FULL if accepted >= self._history_depth else LAST_FAILED
+            self._last[NGRAM] = LAST_FULL if accepted >= self._store_depth else LAST_FAILED
         elif not drafted:
             # A miss says the next step's draft is doubtful, not every later one: without
             # this, an answer whose draft once missed could stay plain through long copies.
@@ -337,17 +339,13 @@ class AutoPolicy:
         rule = DraftLength(lambda p: self.state.model((CONFIDENCE, confidence_bucket(p))).rate(1),
                            step, target.cost,
                            target.cost(1) / max(choice.expected_speedup, 1.0), k)
-        self.draft.stop = rule.stop
-        try:
-            draft = self.draft.propose(context, k, rng)
-        finally:
-            self.draft.stop = None
-        self._draft_steps = len(draft.tokens)
+        scored = self.draft.scored(context, k, rng, rule.stop)
+        draft = scored.draft
+        self._draft_steps = scored.evals
         if isinstance(self.draft, TextDrafter):
-            self._draft_steps = self.draft.evals
-            self._learn_evals(self.draft.evals, len(draft.tokens))
-        kept = rule.keep(self.draft.confidence[: len(draft.tokens)])
-        self._confidence = self.draft.confidence[:kept]
+            self._learn_evals(scored.evals, len(draft.tokens))
+        kept = rule.keep(scored.confidence[: len(draft.tokens)])
+        self._confidence = list(scored.confidence[:kept])
         return draft.cut(kept)
 
     def _evals_per_token(self) -> float:
@@ -368,7 +366,7 @@ class AutoPolicy:
         warm (only for the rent it would have saved) until its catch-up is paid for."""
         out: list[Candidate] = []
         if avail:
-            out.append(Candidate("ngram", ("ngram", bucket, self._last["ngram"]),
+            out.append(Candidate(NGRAM, (NGRAM, bucket, self._last[NGRAM]),
                                  len(avail), lambda _k: 0.0))
         if (self.draft is None or self.state.draft_costs is None or self.draft.blind):
             return out, None
@@ -378,7 +376,7 @@ class AutoPolicy:
         catch_up = costs.cost(1 if cold else gap)  # a paid-for catch-up is spent already
         trimmed = catch_up + max(self.state.trim_steps - 1.0, 0.0) * costs.cost(1)
         evals = self._evals_per_token()  # the first eval is the catch-up's
-        draft = Candidate("draft", ("draft", self._last["draft"]), k,
+        draft = Candidate(DRAFT, (DRAFT, self._last[DRAFT]), k,
                           lambda kk: catch_up + (kk * evals - 1.0) * costs.cost(1),
                           miss=1.0 - self.state.draft_kept.rate(1), miss_seconds=trimmed)
         price = costs.cost(gap) - costs.cost(1)
@@ -401,15 +399,14 @@ class AutoPolicy:
         """Seconds a warm draft model would have saved this step over `choice`."""
         # Benefit of the doubt only while the draft model has hardly been tried: without it
         # a draft model that looks marginal would never be tried at all.
-        tried = self.state.decisions["draft"]
+        tried = self.state.decisions[DRAFT]
         best = choose(self.state.target_costs, [warm], self.state.model,
-                      overhead=self.state.overhead,
                       optimism=OPTIMISM if tried < EXPLORE_TRIALS else 0.0)
         if best.drafter is None or best.expected_speedup <= choice.expected_speedup:
             return 0.0
         # What this step's tokens would have cost at the warm rate: a rented step makes the
         # choice's tokens (one, for a plain step), not a warm draft step's several.
-        seconds = self.state.target_costs.cost(choice.k + 1) + self.state.overhead
+        seconds = self.state.target_costs.cost(choice.k + 1)
         return seconds * (1.0 - choice.expected_speedup / best.expected_speedup)
 
     def _match_length(self, n: int, start: int) -> int:
