@@ -75,7 +75,6 @@ CPU_RATIOS = (1.0, 1.74, 2.39, 3.12, 3.58, 3.80, 4.8, 5.88, 6.0, 6.2, 6.4, 6.6, 
 ANSWER_FADE = 0.5
 OPTIMISM = 0.5  # how much an uncertain estimate is given the benefit of the doubt
 BEST_DRAFT_ACCEPTANCE = 0.95  # above what the 0.5B draft reached here (docs/costs.md: 79%)
-MAX_MATCH_EXTENSION = 32  # how far back a match is followed to measure its real length
 MAX_SHADOWS = 64  # undrafted lookups waiting for the target's tokens to score them
 # A draft model's cache lagging more than this is cold: it catches up only once the answer
 # has shown that it pays (draftlength.CatchUp); less is caught up in its next step, unless
@@ -236,13 +235,11 @@ class AutoPolicy:
 
     def propose(self, context: Sequence[int], limit: int,
                 rng: np.random.Generator) -> Draft | TreeDraft:
-        self.ngram.prepare(context)  # syncs the index with the committed context
         self._resolve_shadows(context)
         # One index lookup per step: the continuation and the match length both come from it.
-        n, start = self.ngram.index.match()
-        avail = self.ngram.index.tokens[start: start + limit] if n else []
-        bucket = AMBIGUOUS if n and self.ngram.index.ambiguous(n) else match_bucket(
-            self._match_length(n, start))
+        found = self.ngram.lookup(context, limit)
+        avail = found.tokens
+        bucket = AMBIGUOUS if found.ambiguous else match_bucket(found.length)
         candidates, cold = self._candidates(context, limit, avail, bucket)
         choice = choose(self.state.target_costs, candidates, self.state.model,
                         optimism=OPTIMISM)
@@ -409,13 +406,3 @@ class AutoPolicy:
         seconds = self.state.target_costs.cost(choice.k + 1)
         return seconds * (1.0 - choice.expected_speedup / best.expected_speedup)
 
-    def _match_length(self, n: int, start: int) -> int:
-        """How long the suffix match really is (the index only keys up to a few tokens)."""
-        if not n:
-            return 0
-        toks, size = self.ngram.index.tokens, len(self.ngram.index.tokens)
-        length = n
-        while (length < MAX_MATCH_EXTENSION and start - length - 1 >= 0
-               and toks[start - length - 1] == toks[size - length - 1]):
-            length += 1
-        return length

@@ -277,6 +277,21 @@ class DraftModelDrafter:
         self._known, self._drafted, self._extra = keep, False, []
 
 
+MAX_MATCH_EXTENSION = 32  # how far back a lookup's match is followed to measure its length
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What prompt lookup found for the context's suffix (NgramIndex.lookup)."""
+
+    tokens: list[int]  # what followed the most recent earlier match ([]: none)
+    length: int  # how many tokens the match really spans (0 when ambiguous or none)
+    ambiguous: bool  # the matched n-gram was followed by different tokens before
+
+
+NO_LOOKUP = Lookup([], 0, False)
+
+
 class NgramIndex:
     """The most recent earlier occurrence of every n-gram (min_n <= n <= max_n).
 
@@ -327,6 +342,22 @@ class NgramIndex:
         """Whether the context's last n tokens were followed by different tokens before."""
         return tuple(self.tokens[len(self.tokens) - n:]) in self._ambiguous
 
+    def lookup(self, k: int) -> Lookup:
+        """The continuation(k), with how long the match really is (followed back up to
+        MAX_MATCH_EXTENSION tokens: the index keys only max_n) unless the matched n-gram is
+        ambiguous (then 0)."""
+        n, start = self.match()
+        if not n:
+            return NO_LOOKUP
+        toks, size = self.tokens, len(self.tokens)
+        if self.ambiguous(n):
+            return Lookup(toks[start: start + k], 0, True)
+        length = n
+        while (length < MAX_MATCH_EXTENSION and start - length - 1 >= 0
+               and toks[start - length - 1] == toks[size - length - 1]):
+            length += 1
+        return Lookup(toks[start: start + k], length, False)
+
     def continuation(self, k: int) -> list[int]:
         """Up to k tokens that followed the longest earlier match of the suffix."""
         n, start = self.match()
@@ -348,8 +379,13 @@ class PromptLookupDrafter:
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
         if k <= 0:
             return EMPTY_DRAFT
+        return Draft(tuple(self.lookup(context, k).tokens), None, NGRAM)
+
+    def lookup(self, context: Sequence[int], k: int) -> Lookup:
+        """Up to k tokens that followed the longest earlier match of the context's suffix,
+        with the match's length and ambiguity (what `auto` judges a lookup by)."""
         self._sync(context)
-        return Draft(tuple(self.index.continuation(k)), None, NGRAM)
+        return self.index.lookup(k)
 
     def committed(self, context: Sequence[int]) -> None:
         return None  # the index only ever holds committed tokens
