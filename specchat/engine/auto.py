@@ -14,7 +14,6 @@ Exactness does not depend on any of this: the loop verifies whatever is proposed
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -26,18 +25,18 @@ from specchat.engine.autokeys import (
     LAST_FAILED,
     LAST_FULL,
     NO_DRAFT_YET,
-    STREAK_PRIOR_SHIFT,
+    ConfidenceKey,
+    DraftKey,
+    Key,
+    NgramKey,
+    StoreKey,
     counts_of,
-    is_confidence,
-    is_store,
-    key_name,
+    json_of,
+    key_of,
     parse_key,
 )
 from specchat.engine.cost import (
     AMBIGUOUS,
-    DRAFT_MODEL_PRIOR,
-    NGRAM_LATER_PRIORS,
-    NGRAM_PRIORS,
     AcceptanceModel,
     Candidate,
     Choice,
@@ -56,7 +55,6 @@ from specchat.engine.drafters import (
 )
 from specchat.engine.draftlength import (
     CONFIDENCE,
-    CONFIDENCE_PRIORS,
     CatchUp,
     DraftLength,
     confidence_bucket,
@@ -64,7 +62,7 @@ from specchat.engine.draftlength import (
 )
 from specchat.engine.policy import Step
 from specchat.engine.protocol import common_prefix
-from specchat.engine.storedraft import StoreDrafter, store_prior
+from specchat.engine.storedraft import StoreDrafter
 from specchat.engine.textdraft import TextDrafter
 from specchat.engine.tree import TreeDraft
 
@@ -100,7 +98,7 @@ class AutoState:
     target_costs: CostTable = field(
         default_factory=lambda: CostTable.from_ratios(0.04, CPU_RATIOS))
     draft_costs: CostTable | None = None
-    models: dict[Hashable, AcceptanceModel] = field(default_factory=dict)
+    models: dict[Key, AcceptanceModel] = field(default_factory=dict)
     decisions: Counter[str] = field(default_factory=Counter)
     # Whether a draft-model step kept any token after its trim, and how many draft steps one
     # that kept none took (a catch-up aside): cost.Candidate.miss.
@@ -114,19 +112,19 @@ class AutoState:
     last: Choice = field(default_factory=lambda: Choice(None, 0, 1.0))
 
     def model(self, key: Hashable) -> AcceptanceModel:
-        if key not in self.models:
-            assert isinstance(key, tuple)
-            if key[0] == CONFIDENCE:  # one rate per bucket of the draft's confidence
-                self.models[key] = AcceptanceModel(CONFIDENCE_PRIORS[key[1]])
-                return self.models[key]
-            if key[0] == STORE:  # (store, length bucket, support): engine/storedraft.py
-                self.models[key] = AcceptanceModel(store_prior(key[1], key[2]))
-                return self.models[key]
-            base = NGRAM_PRIORS[key[1]] if key[0] == NGRAM else DRAFT_MODEL_PRIOR
-            later = NGRAM_LATER_PRIORS[key[1]] if key[0] == NGRAM else None
-            self.models[key] = AcceptanceModel(
-                min(max(base + STREAK_PRIOR_SHIFT[key[-1]], 0.05), 0.95), later)
-        return self.models[key]
+        """The estimate kept under `key` (autokeys.py; a plain tuple of its values will do),
+        from its kind's prior the first time."""
+        found = self.models.get(key)  # type: ignore[call-overload]
+        if found is None:
+            typed = key_of(key)
+            if typed is None:
+                raise KeyError(f"not an acceptance key: {key!r}")
+            found = self.models[typed] = typed.prior()
+        return found
+
+    def confidence(self, p: float) -> AcceptanceModel:
+        """How often a draft-model token the draft gave probability p is accepted."""
+        return self.model(ConfidenceKey(CONFIDENCE, confidence_bucket(p)))
 
     def new_answer(self) -> None:
         """A new prompt may copy much less (or more) than the last: weigh the past less."""
@@ -139,8 +137,8 @@ class AutoState:
     def export_acceptance(self) -> dict[str, dict[str, list[float]]]:
         """The acceptance counts learnt so far, JSON-ready, for the next process to start
         from (one `ask` per prompt would otherwise always start from the priors)."""
-        return {json.dumps(list(key)): {"hits": list(m.hits), "trials": list(m.trials)}
-                for key, m in self.models.items() if isinstance(key, tuple)}
+        return {json_of(key): {"hits": list(m.hits), "trials": list(m.trials)}
+                for key, m in self.models.items()}
 
     def import_acceptance(self, data: object) -> int:
         """Counts an earlier process exported; malformed entries are skipped. Returns how
@@ -174,16 +172,15 @@ class AutoState:
 
     def explain(self) -> dict[str, Any]:
         """Why auto drafts what it drafts: for /stats and --json."""
+        named = sorted(self.models.items(), key=lambda kv: kv[0].name())
         rates = {  # a confidence bucket has one rate: every token is judged on its own
-            key_name(key): [round(m.rate(i), 3)
-                            for i in range(1, 2 if is_confidence(key) else 5)]
-            for key, m in sorted(self.models.items(), key=lambda kv: key_name(kv[0]))
-            if not is_store(key)
+            key.name(): [round(m.rate(i), 3)
+                         for i in range(1, 2 if isinstance(key, ConfidenceKey) else 5)]
+            for key, m in named if not isinstance(key, StoreKey)
         }
         # One conditional rate per kind of store candidate, for the kinds seen so far.
-        store = {key_name(key): round(m.rate(1), 3)
-                 for key, m in sorted(self.models.items(), key=lambda kv: key_name(kv[0]))
-                 if is_store(key) and m.trials[0] > 0}
+        store = {key.name(): round(m.rate(1), 3) for key, m in named
+                 if isinstance(key, StoreKey) and m.trials[0] > 0}
         return {
             "verify_cost_ratios": [round(r, 2) for r in self.target_costs.ratios()],
             "step_seconds": self.target_costs.cost(1),
@@ -283,7 +280,7 @@ class AutoPolicy:
             self._last[self._drafter or NGRAM] = (LAST_FULL if accepted >= drafted
                                                     else LAST_FAILED)
             for n, confidence in enumerate(self._confidence[: min(accepted + 1, drafted)]):
-                self.state.model((CONFIDENCE, confidence_bucket(confidence))).observe(
+                self.state.confidence(confidence).observe(
                     1, int(n < accepted))
         elif drafted:  # from the store, which learns from what is committed instead
             # Its drafts include this context's own lookups: their streak is the lookup's.
@@ -333,7 +330,7 @@ class AutoPolicy:
         target = self.state.target_costs
         step = self.state.draft_costs.cost(1) * self._evals_per_token()
         k = max(choice.k, longest_useful(target.cost, step, limit))
-        rule = DraftLength(lambda p: self.state.model((CONFIDENCE, confidence_bucket(p))).rate(1),
+        rule = DraftLength(lambda p: self.state.confidence(p).rate(1),
                            step, target.cost,
                            target.cost(1) / max(choice.expected_speedup, 1.0), k)
         scored = self.draft.scored(context, k, rng, rule.stop)
@@ -363,7 +360,7 @@ class AutoPolicy:
         warm (only for the rent it would have saved) until its catch-up is paid for."""
         out: list[Candidate] = []
         if avail:
-            out.append(Candidate(NGRAM, (NGRAM, bucket, self._last[NGRAM]),
+            out.append(Candidate(NGRAM, NgramKey(NGRAM, bucket, self._last[NGRAM]),
                                  len(avail), lambda _k: 0.0))
         if (self.draft is None or self.state.draft_costs is None or self.draft.blind):
             return out, None
@@ -373,7 +370,7 @@ class AutoPolicy:
         catch_up = costs.cost(1 if cold else gap)  # a paid-for catch-up is spent already
         trimmed = catch_up + max(self.state.trim_steps - 1.0, 0.0) * costs.cost(1)
         evals = self._evals_per_token()  # the first eval is the catch-up's
-        draft = Candidate(DRAFT, (DRAFT, self._last[DRAFT]), k,
+        draft = Candidate(DRAFT, DraftKey(DRAFT, self._last[DRAFT]), k,
                           lambda kk: catch_up + (kk * evals - 1.0) * costs.cost(1),
                           miss=1.0 - self.state.draft_kept.rate(1), miss_seconds=trimmed)
         price = costs.cost(gap) - costs.cost(1)
