@@ -262,15 +262,16 @@ def _reach(tree: CandidateTree, rates: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def _best_subtree(tree: CandidateTree, reach: np.ndarray, costs: CostTable,
-                  overhead: float, limit: int, branches: int) -> Draft | TreeDraft:
+                  lookup_seconds: float, limit: int, branches: int) -> Draft | TreeDraft:
     """Nodes in order of reach, within `limit` depth and `branches` leaves, for as long as
-    expected tokens per second keep the best value seen; None when a plain step is best."""
+    expected tokens per second keep the best value seen (every step pays `lookup_seconds`
+    for it); empty when a plain step is best."""
     order = np.lexsort((tree.depth, -reach))[: MAX_NODES + 16]
     order = order[reach[order] >= MIN_REACH].tolist()
     # Plain lists: the loop reads one node at a time, and numpy scalars cost more than it.
     parent, depth, p = tree.parent.tolist(), tree.depth.tolist(), reach.tolist()
     price = costs.costs(min(len(order), MAX_NODES) + 1)
-    plain = 1.0 / (price[0] + overhead)
+    plain = 1.0 / (price[0] + lookup_seconds)
     taken: list[int] = []
     chosen: set[int] = set()
     has_kids: set[int] = set()  # -1 once a child of the root is taken
@@ -288,7 +289,7 @@ def _best_subtree(tree: CandidateTree, reach: np.ndarray, costs: CostTable,
         taken.append(i)
         chosen.add(i)
         tokens += p[i]
-        gain = tokens / (price[len(taken)] + overhead) / plain
+        gain = tokens / (price[len(taken)] + lookup_seconds) / plain
         if gain > best:
             best, best_n = gain, len(taken)
         if len(taken) >= MAX_NODES:
