@@ -157,6 +157,7 @@ class _Run:
         t0 = self.clock()
         draft = self._draft()
         t1 = self.clock()
+        self.stats.last_k = len(draft.tokens)  # before the verify, which may find no room
         if isinstance(draft, TreeDraft):
             kept, token, t2 = self._verify_tree(draft)
         else:
@@ -193,7 +194,6 @@ class _Run:
     def _record(self, step: Step, sample_seconds: float) -> None:
         """The step goes to the statistics, the cost table, the policy and the listener."""
         stats = self.stats
-        stats.last_k = step.drafted
         stats.draft_seconds += step.draft_seconds
         stats.verify_seconds += step.verify_seconds
         stats.sample_seconds += sample_seconds
