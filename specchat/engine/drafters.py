@@ -35,6 +35,7 @@ from specchat.engine.sampling import (
     sample,
     top_probability,
 )
+from specchat.engine.suffix import MAX_MATCH, match_lengths
 from specchat.engine.tree import TreeDraft
 
 
@@ -277,9 +278,6 @@ class DraftModelDrafter:
         self._known, self._drafted, self._extra = keep, False, []
 
 
-MAX_MATCH_EXTENSION = 32  # how far back a lookup's match is followed to measure its length
-
-
 @dataclass(frozen=True)
 class Lookup:
     """What prompt lookup found for the context's suffix (NgramIndex.lookup)."""
@@ -344,18 +342,18 @@ class NgramIndex:
 
     def lookup(self, k: int) -> Lookup:
         """The continuation(k), with how long the match really is (followed back up to
-        MAX_MATCH_EXTENSION tokens: the index keys only max_n) unless the matched n-gram is
+        suffix.MAX_MATCH tokens: the index keys only max_n) unless the matched n-gram is
         ambiguous (then 0)."""
         n, start = self.match()
         if not n:
             return NO_LOOKUP
-        toks, size = self.tokens, len(self.tokens)
+        toks = self.tokens
         if self.ambiguous(n):
             return Lookup(toks[start: start + k], 0, True)
-        length = n
-        while (length < MAX_MATCH_EXTENSION and start - length - 1 >= 0
-               and toks[start - length - 1] == toks[size - length - 1]):
-            length += 1
+        back = np.full((1, MAX_MATCH), -1, dtype=np.int64)
+        before = toks[max(0, start - MAX_MATCH): start][::-1]
+        back[0, : len(before)] = before
+        length = int(match_lengths(back, np.asarray(toks[-MAX_MATCH:], dtype=np.int64))[0])
         return Lookup(toks[start: start + k], length, False)
 
     def continuation(self, k: int) -> list[int]:
