@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from specchat.backend.structured import with_format_note
+from specchat.engine.build import Hooks, generate
 from specchat.engine.events import Finished
-from specchat.engine.loop import Hooks, generate
 from specchat.engine.options import GenerationOptions, SamplingOptions, Structure
 from specchat.engine.sampling import biased
 from specchat.llm import ChatTemplate, chat_tokens

@@ -41,12 +41,13 @@ from specchat.bench.recording import Recorded
 from specchat.bench.replay import Setup, run_answer
 from specchat.bench.standins import PricedClock, Renumbered, TablePrices, TreeStandIn
 from specchat.engine.auto import AutoState
+from specchat.engine.build import Hooks, generate
 from specchat.engine.cost import CostTable
 from specchat.engine.events import Finished
-from specchat.engine.history import MATCH_BUCKETS, HistoryDrafter
-from specchat.engine.loop import Hooks, make_policy
+from specchat.engine.build import Hooks, make_policy
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.policy import DraftPolicy
+from specchat.engine.storedraft import MATCH_BUCKETS, StoreDrafter
 from specchat.engine.suffix import Segment, SuffixIndex
 
 ORACLE = "oracle"
@@ -109,7 +110,7 @@ def replay_session(session: dict[str, Any], mode: str, price: TablePrices, vocab
         history = SuffixIndex(list(segments), vocab) if mode in ("auto", "chains") else None
         spec = Spec.NGRAM if mode in ("ngram", ORACLE) else Spec.AUTO
         options = GenerationOptions(max_tokens=len(answer), spec=spec, draft_max=draft_max)
-        hooks = Hooks(clock=clock, auto=state, history=history)
+        hooks = Hooks(clock=clock, auto=state, store=history)
         policy: DraftPolicy
         if mode == ORACLE:
             recorded = Recorded(session["session"], session["category"], data.prompt,
@@ -171,11 +172,11 @@ def lookups(args: argparse.Namespace) -> int:
             segments: list[Segment] = []
             for i, r in enumerate(s["requests"]):
                 answer = r["answer"][: args.max_tokens]
-                drafter = HistoryDrafter(SuffixIndex(list(segments), vocab),
-                                         AutoState().model)
+                drafter = StoreDrafter(SuffixIndex(list(segments), vocab),
+                                       AutoState().model, CostTable.from_ratios(1.0, [1.0] * 17))
                 context = list(r["prompt"])
                 for token in answer if i else ():
-                    drafter.plan(context, 16, CostTable.from_ratios(1.0, [1.0] * 17))
+                    drafter.propose(context, 16)
                     found = drafter.last_candidates
                     if found is not None:
                         tree, bucket, support = found

@@ -30,7 +30,7 @@ import numpy as np
 from specchat.backend.draftstore import DraftStore, vocab_key
 from specchat.engine.auto import CPU_RATIOS, AutoState
 from specchat.engine.cost import CostTable
-from specchat.engine.history import HistoryDrafter
+from specchat.engine.storedraft import StoreDrafter
 
 VOCAB = "benchmark-vocab0"
 N_VOCAB = 151936
@@ -103,11 +103,11 @@ def time_it(args: argparse.Namespace) -> int:
         for prompt, answer in _answers(args.data)[: args.requests]:
             # A fresh index and drafter per answer, as each `ask` process has: nothing it
             # remembers from one lookup to the next carries over between answers.
-            drafter = HistoryDrafter(store.index(N_VOCAB), AutoState().model, branches=8)
+            drafter = StoreDrafter(store.index(N_VOCAB), AutoState().model, costs, branches=8)
             context = list(prompt)
             for token in answer:
                 t, c = time.perf_counter(), time.process_time()
-                drafter.plan(context, 16, costs)
+                drafter.propose(context, 16)
                 walls.append(time.perf_counter() - t)
                 cpus.append(time.process_time() - c)
                 context.append(token)

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from specchat.engine import textdraft
+from specchat.engine.build import Hooks, generate
 from specchat.engine.events import Finished
-from specchat.engine.loop import Hooks, generate
 from specchat.engine.options import GenerationOptions, SamplingOptions, Spec
 from specchat.llm.model import load_model
 from specchat.llm.template import ChatTemplate, chat_tokens

@@ -32,9 +32,10 @@ from specchat.backend.draftstore import (
 from specchat.backend.promptcache import PromptCache, StatefulModel
 from specchat.backend.structured import Guides, uses_tools, with_format_note
 from specchat.engine.auto import AutoState
+from specchat.engine.build import Hooks, generate
 from specchat.engine.constraint import Constraint
 from specchat.engine.events import Event, Finished
-from specchat.engine.loop import Hooks, Restore, generate
+from specchat.engine.loop import Restore
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.protocol import LogitsModel, common_prefix
 from specchat.engine.stats import Stats
@@ -90,8 +91,10 @@ class Runtime(Backend):
         store_index = None
         if self.store is not None and options.spec is Spec.AUTO:
             store_index = self.store.index(self.target.n_vocab)
+        on_step = None if self.governor is None else \
+            self.governor.step_listener(self.auto.target_costs)
         hooks = Hooks(auto=self.auto, progress=progress, restore=self._restorer(draft),
-                      governor=self.governor, history=store_index,
+                      on_step=on_step, store=store_index,
                       constraint=self._constraint(options, tools), vocabs=self.vocabs)
         events = generate(self.target, prompt, options, draft=draft, hooks=hooks)
         if self.governor is None or self.cpu_share is None:
@@ -130,8 +133,7 @@ class Runtime(Backend):
                               enabled=True, size=size, private=False, root=root / name)
 
         def fresh_auto() -> AutoState:
-            return AutoState(target_costs=base.target_costs, draft_costs=base.draft_costs,
-                             overhead=base.overhead)
+            return AutoState(target_costs=base.target_costs, draft_costs=base.draft_costs)
 
         chats = self.store if isinstance(self.store, DraftStore) else None
         self.clients = Clients(own_store, fresh_auto, chats)

@@ -23,6 +23,7 @@ from functools import lru_cache
 import numpy as np
 
 from specchat.bench.replay import Setup
+from specchat.engine.build import make_drafter
 from specchat.engine.drafters import (
     EMPTY_DRAFT,
     PREFILL_CHUNK,
@@ -30,8 +31,8 @@ from specchat.engine.drafters import (
     DraftModelDrafter,
     PromptLookupDrafter,
 )
-from specchat.engine.loop import make_drafter
 from specchat.engine.options import Spec
+from specchat.engine.policy import Step as StepRecord
 from specchat.engine.protocol import common_prefix
 
 PLAIN, LOOKUP, MODEL = "plain", "ngram", "draft"
@@ -197,18 +198,17 @@ class OraclePolicy:
         if step.kind == LOOKUP and self.plan.candidates is not None:
             return Draft(self.plan.lookups[i][: step.k], None, ORACLE_SOURCE)
         if step.kind == LOOKUP:
-            return self.lookup.propose(context, step.k, rng)  # type: ignore[union-attr]
+            return self.lookup.propose(context, step.k, rng)  # type: ignore[union-attr,return-value]
         if step.kind == MODEL and self.model is not None:
             return self.model.propose(context, step.k, rng)
         return EMPTY_DRAFT
 
-    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
-                verify_seconds: float = 0.0) -> None:
+    def observe(self, step: StepRecord) -> None:
         return None
 
-    def rollback(self, context: Sequence[int]) -> None:
+    def committed(self, context: Sequence[int]) -> None:
         if self.model is not None:
-            self.model.rollback(context)
+            self.model.committed(context)
 
     def reset(self, context: Sequence[int]) -> None:
         if self.model is not None:

@@ -24,12 +24,15 @@ from specchat.bench.profiles import CostProfile
 from specchat.bench.recording import Recorded, Recording
 from specchat.bench.standins import PricedClock, Renumbered, StandIn, stand_ins
 from specchat.engine.auto import AutoState
+from specchat.engine.build import Hooks, generate, make_drafter
 from specchat.engine.drafters import EMPTY_DRAFT, Draft, Drafter
 from specchat.engine.events import Finished, drain
-from specchat.engine.loop import Hooks, generate_with, make_drafter, make_policy
+from specchat.engine.build import Hooks, make_drafter, make_policy
+from specchat.engine.loop import generate_with
 from specchat.engine.options import GenerationOptions, Spec
-from specchat.engine.policy import DraftPolicy
+from specchat.engine.policy import DraftPolicy, Step
 from specchat.engine.protocol import LogitsModel
+from specchat.engine.tree import TreeDraft
 
 DRAFT_MAX = 16
 
@@ -122,16 +125,16 @@ class Fixed:
     def prepare(self, context: Sequence[int]) -> None:
         self.drafter.prepare(context)
 
-    def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
+    def propose(self, context: Sequence[int], limit: int,
+                rng: np.random.Generator) -> Draft | TreeDraft:
         k = min(self.k, limit)
         return self.drafter.propose(context, k, rng) if k > 0 else EMPTY_DRAFT
 
-    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
-                verify_seconds: float = 0.0) -> None:
+    def observe(self, step: Step) -> None:
         return None
 
-    def rollback(self, context: Sequence[int]) -> None:
-        self.drafter.rollback(context)
+    def committed(self, context: Sequence[int]) -> None:
+        self.drafter.committed(context)
 
     def reset(self, context: Sequence[int]) -> None:
         self.drafter.reset(context)

@@ -25,7 +25,7 @@ from specchat.bench.profiles import FORMAT, VERSION, CostProfile, builtin_names,
 from specchat.bench.recording import Recorded, Recording
 from specchat.bench.replay import DRAFT_MAX, Setup, can_draft, fixed, replay_modes, run_answer
 from specchat.bench.standins import PricedClock, Renumbered, StandIn
-from specchat.engine.loop import Hooks
+from specchat.engine.loop import LoopHooks
 from specchat.engine.options import GenerationOptions, Spec
 
 # What one extra row of a verify batch costs, in target steps, and one draft step.
@@ -106,7 +106,7 @@ def trace_fixed(item: Recorded, recording: Recording, spec: Spec, k: int,
         data.draft, n, data, anything, clock, "draft", data.draft_p, calls=calls)
     options = GenerationOptions(max_tokens=recording.max_tokens, draft_max=draft_max)
     setup = Setup(item, data, target, draft, clock, options)
-    run_answer(target, data.prompt, options, fixed(spec, k)(setup), Hooks(clock=clock),
+    run_answer(target, data.prompt, options, fixed(spec, k)(setup), LoopHooks(clock=clock),
                data.answer, f"{item.question_id} under {spec.value} k={k}")
     return Trace(item.category, len(data.answer), calls)
 

@@ -1,19 +1,19 @@
 """`auto`: per step, draft with whatever is expected to give the most tokens per second.
 
-The choice is between a plain step (k=0), prompt lookup (nearly free to propose, one-hot q)
-and the draft model (costs draft steps), each with its own k, from measured verify costs and
-the acceptance observed so far (per drafter, per draft position; for prompt lookup also by
-how long the n-gram match is). Once the draft model is chosen, how far it drafts follows its
-own confidence in each token (draftlength.py). The state that learns lives in AutoState and
-is kept across answers (a chat, a benchmark), so each answer starts from what the last one
-taught.
+The choice is between a plain step (k=0), prompt lookup (`ngram`: nearly free to propose,
+one-hot q), the draft model (`draft`: costs draft steps) and the drafting store (`store`:
+a chain or a tree priced by the store drafter itself, storedraft.py), each with its own k,
+from measured verify costs and the acceptance observed so far (per drafter, per draft
+position; for prompt lookup also by how long the n-gram match is). Once the draft model is
+chosen, how far it drafts follows its own confidence in each token (draftlength.py). The
+state that learns lives in AutoState and is kept across answers (a chat, a benchmark), so
+each answer starts from what the last one taught.
 
 Exactness does not depend on any of this: the loop verifies whatever is proposed.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -25,18 +25,18 @@ from specchat.engine.autokeys import (
     LAST_FAILED,
     LAST_FULL,
     NO_DRAFT_YET,
-    STREAK_PRIOR_SHIFT,
+    ConfidenceKey,
+    DraftKey,
+    Key,
+    NgramKey,
+    StoreKey,
     counts_of,
-    is_confidence,
-    is_history,
-    key_name,
+    json_of,
+    key_of,
     parse_key,
 )
 from specchat.engine.cost import (
     AMBIGUOUS,
-    DRAFT_MODEL_PRIOR,
-    NGRAM_LATER_PRIORS,
-    NGRAM_PRIORS,
     AcceptanceModel,
     Candidate,
     Choice,
@@ -45,22 +45,24 @@ from specchat.engine.cost import (
     match_bucket,
 )
 from specchat.engine.drafters import (
+    DRAFT,
     EMPTY_DRAFT,
-    PROMPT,
+    NGRAM,
+    STORE,
     Draft,
     DraftModelDrafter,
     PromptLookupDrafter,
 )
 from specchat.engine.draftlength import (
     CONFIDENCE,
-    CONFIDENCE_PRIORS,
     CatchUp,
     DraftLength,
     confidence_bucket,
     longest_useful,
 )
-from specchat.engine.history import HistoryDrafter, history_prior
+from specchat.engine.policy import Step
 from specchat.engine.protocol import common_prefix
+from specchat.engine.storedraft import StoreDrafter
 from specchat.engine.textdraft import TextDrafter
 from specchat.engine.tree import TreeDraft
 
@@ -71,7 +73,6 @@ CPU_RATIOS = (1.0, 1.74, 2.39, 3.12, 3.58, 3.80, 4.8, 5.88, 6.0, 6.2, 6.4, 6.6, 
 ANSWER_FADE = 0.5
 OPTIMISM = 0.5  # how much an uncertain estimate is given the benefit of the doubt
 BEST_DRAFT_ACCEPTANCE = 0.95  # above what the 0.5B draft reached here (docs/costs.md: 79%)
-MAX_MATCH_EXTENSION = 32  # how far back a match is followed to measure its real length
 MAX_SHADOWS = 64  # undrafted lookups waiting for the target's tokens to score them
 # A draft model's cache lagging more than this is cold: it catches up only once the answer
 # has shown that it pays (draftlength.CatchUp); less is caught up in its next step, unless
@@ -97,8 +98,7 @@ class AutoState:
     target_costs: CostTable = field(
         default_factory=lambda: CostTable.from_ratios(0.04, CPU_RATIOS))
     draft_costs: CostTable | None = None
-    overhead: float = 0.0  # seconds per step outside verify and drafting (sampling, Python)
-    models: dict[Hashable, AcceptanceModel] = field(default_factory=dict)
+    models: dict[Key, AcceptanceModel] = field(default_factory=dict)
     decisions: Counter[str] = field(default_factory=Counter)
     # Whether a draft-model step kept any token after its trim, and how many draft steps one
     # that kept none took (a catch-up aside): cost.Candidate.miss.
@@ -112,19 +112,19 @@ class AutoState:
     last: Choice = field(default_factory=lambda: Choice(None, 0, 1.0))
 
     def model(self, key: Hashable) -> AcceptanceModel:
-        if key not in self.models:
-            assert isinstance(key, tuple)
-            if key[0] == CONFIDENCE:  # one rate per bucket of the draft's confidence
-                self.models[key] = AcceptanceModel(CONFIDENCE_PRIORS[key[1]])
-                return self.models[key]
-            if key[0] == "history":  # (history, length bucket, support): engine/history.py
-                self.models[key] = AcceptanceModel(history_prior(key[1], key[2]))
-                return self.models[key]
-            base = NGRAM_PRIORS[key[1]] if key[0] == "ngram" else DRAFT_MODEL_PRIOR
-            later = NGRAM_LATER_PRIORS[key[1]] if key[0] == "ngram" else None
-            self.models[key] = AcceptanceModel(
-                min(max(base + STREAK_PRIOR_SHIFT[key[-1]], 0.05), 0.95), later)
-        return self.models[key]
+        """The estimate kept under `key` (autokeys.py; a plain tuple of its values will do),
+        from its kind's prior the first time."""
+        found = self.models.get(key)  # type: ignore[call-overload]
+        if found is None:
+            typed = key_of(key)
+            if typed is None:
+                raise KeyError(f"not an acceptance key: {key!r}")
+            found = self.models[typed] = typed.prior()
+        return found
+
+    def confidence(self, p: float) -> AcceptanceModel:
+        """How often a draft-model token the draft gave probability p is accepted."""
+        return self.model(ConfidenceKey(CONFIDENCE, confidence_bucket(p)))
 
     def new_answer(self) -> None:
         """A new prompt may copy much less (or more) than the last: weigh the past less."""
@@ -137,8 +137,8 @@ class AutoState:
     def export_acceptance(self) -> dict[str, dict[str, list[float]]]:
         """The acceptance counts learnt so far, JSON-ready, for the next process to start
         from (one `ask` per prompt would otherwise always start from the priors)."""
-        return {json.dumps(list(key)): {"hits": list(m.hits), "trials": list(m.trials)}
-                for key, m in self.models.items() if isinstance(key, tuple)}
+        return {json_of(key): {"hits": list(m.hits), "trials": list(m.trials)}
+                for key, m in self.models.items()}
 
     def import_acceptance(self, data: object) -> int:
         """Counts an earlier process exported; malformed entries are skipped. Returns how
@@ -172,24 +172,22 @@ class AutoState:
 
     def explain(self) -> dict[str, Any]:
         """Why auto drafts what it drafts: for /stats and --json."""
+        named = sorted(self.models.items(), key=lambda kv: kv[0].name())
         rates = {  # a confidence bucket has one rate: every token is judged on its own
-            key_name(key): [round(m.rate(i), 3)
-                            for i in range(1, 2 if is_confidence(key) else 5)]
-            for key, m in sorted(self.models.items(), key=lambda kv: key_name(kv[0]))
-            if not is_history(key)
+            key.name(): [round(m.rate(i), 3)
+                         for i in range(1, 2 if isinstance(key, ConfidenceKey) else 5)]
+            for key, m in named if not isinstance(key, StoreKey)
         }
-        # One conditional rate per kind of history candidate, for the kinds seen so far.
-        history = {key_name(key): round(m.rate(1), 3)
-                   for key, m in sorted(self.models.items(), key=lambda kv: key_name(kv[0]))
-                   if is_history(key) and m.trials[0] > 0}
+        # One conditional rate per kind of store candidate, for the kinds seen so far.
+        store = {key.name(): round(m.rate(1), 3) for key, m in named
+                 if isinstance(key, StoreKey) and m.trials[0] > 0}
         return {
             "verify_cost_ratios": [round(r, 2) for r in self.target_costs.ratios()],
             "step_seconds": self.target_costs.cost(1),
             "draft_step_ratio": (self.draft_costs.cost(1) / self.target_costs.cost(1)
                                  if self.draft_costs else None),
-            "overhead_seconds": self.overhead,
             "acceptance_estimates": rates,
-            "history_estimates": history,
+            "store_estimates": store,
             "draft_model_kept": round(self.draft_kept.rate(1), 3),
             "decisions": dict(self.decisions),
             "last_choice": {"drafter": self.last.drafter, "k": self.last.k,
@@ -198,24 +196,24 @@ class AutoState:
 
 
 class AutoPolicy:
-    """The `auto` draft policy (policy.DraftPolicy): per step, prompt lookup, the draft model
-    or a plain step, each with its own k, whichever is expected to give the most tokens per
-    second."""
+    """The `auto` draft policy (policy.DraftPolicy): per step, prompt lookup, the draft model,
+    the drafting store or a plain step, each with its own k, whichever is expected to give
+    the most tokens per second."""
 
     def __init__(self, state: AutoState, ngram: PromptLookupDrafter,
                  draft: DraftModelDrafter | TextDrafter | None, k_max: int,
-                 history: HistoryDrafter | None = None) -> None:
+                 store: StoreDrafter | None = None) -> None:
         self.state = state
         self.ngram = ngram
         self.k_max = k_max
-        self.history = history  # drafts from earlier answers (engine/history.py)
-        self._history_depth = 0  # how deep the history draft being verified goes
+        self.store = store  # drafts from earlier answers (engine/storedraft.py)
+        self._store_depth = 0  # how deep the store's draft being verified goes
         self.draft = draft if draft is not None and state.draft_model_can_pay(k_max) else None
         self._key: Hashable | None = None
         self._drafter: str | None = None  # who drafted the step being verified
         # How each drafter's last draft went: a draft model's miss says little about the
         # next lookup, and the other way round.
-        self._last = {"ngram": NO_DRAFT_YET, "draft": NO_DRAFT_YET}
+        self._last = {NGRAM: NO_DRAFT_YET, DRAFT: NO_DRAFT_YET}
         # Lookups auto saw but did not draft: (key, continuation, context length then).
         self._shadows: list[tuple[Hashable, tuple[int, ...], int]] = []
         self._confidence: list[float] = []  # the draft model's, per token it drafted last
@@ -234,61 +232,59 @@ class AutoPolicy:
 
     def propose(self, context: Sequence[int], limit: int,
                 rng: np.random.Generator) -> Draft | TreeDraft:
-        self.ngram.prepare(context)  # syncs the index with the committed context
         self._resolve_shadows(context)
         # One index lookup per step: the continuation and the match length both come from it.
-        n, start = self.ngram.index.match()
-        avail = self.ngram.index.tokens[start: start + limit] if n else []
-        bucket = AMBIGUOUS if n and self.ngram.index.ambiguous(n) else match_bucket(
-            self._match_length(n, start))
+        found = self.ngram.lookup(context, limit)
+        avail = found.tokens
+        bucket = AMBIGUOUS if found.ambiguous else match_bucket(found.length)
         candidates, cold = self._candidates(context, limit, avail, bucket)
         choice = choose(self.state.target_costs, candidates, self.state.model,
-                        overhead=self.state.overhead, optimism=OPTIMISM)
-        plan = None if self.history is None else self.history.plan(
-            context, limit, self.state.target_costs, self.state.overhead)
-        if plan is not None and plan.expected_speedup > choice.expected_speedup:
-            choice = Choice("history", len(plan.draft.tokens), plan.expected_speedup)
+                        optimism=OPTIMISM)
+        stored = EMPTY_DRAFT if self.store is None else self.store.propose(context, limit, rng)
+        if stored.expected_speedup is not None and \
+                stored.expected_speedup > choice.expected_speedup:
+            choice = Choice(STORE, len(stored.tokens), stored.expected_speedup)
         if cold is not None:
             self._catch_up.rent(self._saving(cold, choice))
         self.state.last = choice
         self.state.decisions[f"{choice.drafter or 'plain'}"] += 1
         self._key = next((c.key for c in candidates if c.drafter == choice.drafter), None)
         self._drafter = choice.drafter
-        if choice.drafter != "ngram" and avail and len(self._shadows) < MAX_SHADOWS:
+        if choice.drafter != NGRAM and avail and len(self._shadows) < MAX_SHADOWS:
             self._shadows.append((candidates[0].key, tuple(avail), len(context)))
-        if choice.drafter == "ngram":
-            return Draft(tuple(avail[: choice.k]), None, PROMPT)
-        if choice.drafter == "history" and plan is not None:
-            self._history_depth = plan.depth
-            return plan.draft
-        if choice.drafter == "draft" and self.draft is not None:
+        if choice.drafter == NGRAM:
+            return Draft(tuple(avail[: choice.k]), None, NGRAM)
+        if choice.drafter == STORE:
+            self._store_depth = stored.depth
+            return stored
+        if choice.drafter == DRAFT and self.draft is not None:
             self._renting = False  # paid for: it catches up now
             return self._draft_model(context, choice, limit, rng)
         return EMPTY_DRAFT
 
-    def rollback(self, context: Sequence[int]) -> None:
+    def committed(self, context: Sequence[int]) -> None:
         if self.draft is not None:
-            self.draft.rollback(context)
+            self.draft.committed(context)
 
     def reset(self, context: Sequence[int]) -> None:
         if self.draft is not None:
             self.draft.reset(context)
 
-    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
-                verify_seconds: float = 0.0) -> None:
+    def observe(self, step: Step) -> None:
+        drafted, accepted = step.drafted, step.accepted
         self.state.tokens_this_answer += accepted + 1
-        if self._drafter == "draft":
+        if self._drafter == DRAFT:
             self._observe_trim(drafted)
         if self._key is not None and drafted:
             self.state.model(self._key).observe(drafted, accepted)
-            self._last[self._drafter or "ngram"] = (LAST_FULL if accepted >= drafted
+            self._last[self._drafter or NGRAM] = (LAST_FULL if accepted >= drafted
                                                     else LAST_FAILED)
             for n, confidence in enumerate(self._confidence[: min(accepted + 1, drafted)]):
-                self.state.model((CONFIDENCE, confidence_bucket(confidence))).observe(
+                self.state.confidence(confidence).observe(
                     1, int(n < accepted))
-        elif drafted:  # from the history, which learns from what is committed instead
+        elif drafted:  # from the store, which learns from what is committed instead
             # Its drafts include this context's own lookups: their streak is the lookup's.
-            self._last["ngram"] = LAST_FULL if accepted >= self._history_depth else LAST_FAILED
+            self._last[NGRAM] = LAST_FULL if accepted >= self._store_depth else LAST_FAILED
         elif not drafted:
             # A miss says the next step's draft is doubtful, not every later one: without
             # this, an answer whose draft once missed could stay plain through long copies.
@@ -334,20 +330,16 @@ class AutoPolicy:
         target = self.state.target_costs
         step = self.state.draft_costs.cost(1) * self._evals_per_token()
         k = max(choice.k, longest_useful(target.cost, step, limit))
-        rule = DraftLength(lambda p: self.state.model((CONFIDENCE, confidence_bucket(p))).rate(1),
+        rule = DraftLength(lambda p: self.state.confidence(p).rate(1),
                            step, target.cost,
                            target.cost(1) / max(choice.expected_speedup, 1.0), k)
-        self.draft.stop = rule.stop
-        try:
-            draft = self.draft.propose(context, k, rng)
-        finally:
-            self.draft.stop = None
-        self._draft_steps = len(draft.tokens)
+        scored = self.draft.scored(context, k, rng, rule.stop)
+        draft = scored.draft
+        self._draft_steps = scored.evals
         if isinstance(self.draft, TextDrafter):
-            self._draft_steps = self.draft.evals
-            self._learn_evals(self.draft.evals, len(draft.tokens))
-        kept = rule.keep(self.draft.confidence[: len(draft.tokens)])
-        self._confidence = self.draft.confidence[:kept]
+            self._learn_evals(scored.evals, len(draft.tokens))
+        kept = rule.keep(scored.confidence[: len(draft.tokens)])
+        self._confidence = list(scored.confidence[:kept])
         return draft.cut(kept)
 
     def _evals_per_token(self) -> float:
@@ -368,7 +360,7 @@ class AutoPolicy:
         warm (only for the rent it would have saved) until its catch-up is paid for."""
         out: list[Candidate] = []
         if avail:
-            out.append(Candidate("ngram", ("ngram", bucket, self._last["ngram"]),
+            out.append(Candidate(NGRAM, NgramKey(NGRAM, bucket, self._last[NGRAM]),
                                  len(avail), lambda _k: 0.0))
         if (self.draft is None or self.state.draft_costs is None or self.draft.blind):
             return out, None
@@ -378,7 +370,7 @@ class AutoPolicy:
         catch_up = costs.cost(1 if cold else gap)  # a paid-for catch-up is spent already
         trimmed = catch_up + max(self.state.trim_steps - 1.0, 0.0) * costs.cost(1)
         evals = self._evals_per_token()  # the first eval is the catch-up's
-        draft = Candidate("draft", ("draft", self._last["draft"]), k,
+        draft = Candidate(DRAFT, DraftKey(DRAFT, self._last[DRAFT]), k,
                           lambda kk: catch_up + (kk * evals - 1.0) * costs.cost(1),
                           miss=1.0 - self.state.draft_kept.rate(1), miss_seconds=trimmed)
         price = costs.cost(gap) - costs.cost(1)
@@ -401,24 +393,13 @@ class AutoPolicy:
         """Seconds a warm draft model would have saved this step over `choice`."""
         # Benefit of the doubt only while the draft model has hardly been tried: without it
         # a draft model that looks marginal would never be tried at all.
-        tried = self.state.decisions["draft"]
+        tried = self.state.decisions[DRAFT]
         best = choose(self.state.target_costs, [warm], self.state.model,
-                      overhead=self.state.overhead,
                       optimism=OPTIMISM if tried < EXPLORE_TRIALS else 0.0)
         if best.drafter is None or best.expected_speedup <= choice.expected_speedup:
             return 0.0
         # What this step's tokens would have cost at the warm rate: a rented step makes the
         # choice's tokens (one, for a plain step), not a warm draft step's several.
-        seconds = self.state.target_costs.cost(choice.k + 1) + self.state.overhead
+        seconds = self.state.target_costs.cost(choice.k + 1)
         return seconds * (1.0 - choice.expected_speedup / best.expected_speedup)
 
-    def _match_length(self, n: int, start: int) -> int:
-        """How long the suffix match really is (the index only keys up to a few tokens)."""
-        if not n:
-            return 0
-        toks, size = self.ngram.index.tokens, len(self.ngram.index.tokens)
-        length = n
-        while (length < MAX_MATCH_EXTENSION and start - length - 1 >= 0
-               and toks[start - length - 1] == toks[size - length - 1]):
-            length += 1
-        return length

@@ -5,7 +5,7 @@ docs/costs.md). So whether drafting pays is a property of the machine, the model
 and `auto` decides it per step from measured costs and observed acceptance:
 
     expected tokens of a k-token draft  E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j
-    expected seconds                   T(k) = verify(k+1) + draft(k) + overhead
+    expected seconds                   T(k) = verify(k+1) + draft(k)
     choose the k (0 = plain step) that maximises E(k) / T(k)
 
 where a_j is the acceptance rate at draft position j given that positions < j were accepted.
@@ -18,7 +18,11 @@ import statistics
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
-MAX_N = 17  # verify batches of up to 16 drafted tokens plus the last committed one
+# Batch sizes a cost table is calibrated for (16 drafted tokens plus the last committed one)
+# and draft positions an acceptance model counts apart. Drafts may be longer (draft_max
+# allows 64): a larger batch is priced on the table's last slope, and every position past
+# the 17th shares the 17th's counts.
+MAX_N = 17
 # Every observation says what one plain step costs now (its seconds over its batch's ratio);
 # the median of the last SCALE_WINDOW of them is the current scale. When that median has
 # moved more than DRIFT_LIMIT (either way) from the scale the table started from, the table
@@ -216,19 +220,18 @@ def choose(
     candidates: Sequence[Candidate],
     models: Callable[[Hashable], AcceptanceModel],
     *,
-    overhead: float = 0.0,
     optimism: float = 1.0,
     margin: float = 0.02,
 ) -> Choice:
     """Pick the drafter and k maximising expected tokens per second; k=0 unless it pays."""
-    plain_seconds = costs.cost(1) + overhead
+    plain_seconds = costs.cost(1)
     plain = 1.0 / plain_seconds
     best = Choice(None, 0, 1.0)
     for cand in candidates:
         expected = models(cand.key).expected_curve(cand.max_k, optimism)
         missed = cand.miss * (plain_seconds + cand.miss_seconds)
         for k in range(1, cand.max_k + 1):
-            seconds = costs.cost(k + 1) + cand.draft_seconds(k) + overhead
+            seconds = costs.cost(k + 1) + cand.draft_seconds(k)
             tokens = (1.0 - cand.miss) * expected[k] + cand.miss
             gain = tokens / ((1.0 - cand.miss) * seconds + missed) / plain
             if gain > best.expected_speedup:

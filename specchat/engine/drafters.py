@@ -1,9 +1,13 @@
 """Drafters: cheap guesses of the next few tokens, which the target then verifies.
 
-A drafter sees the committed context (prompt + answer so far) and proposes up to k tokens,
-with the distribution q each was drawn from (None when the proposal is a deterministic
-function of the context, i.e. a one-hot q, as in prompt lookup). After the loop commits a
-step it calls `rollback(context)`; on any exit it calls `reset(context)`.
+Every drafter implements `Drafter`: it sees the committed context (prompt + answer so far)
+and proposes up to k tokens as a chain (`Draft`, with the distribution q each was drawn from;
+None when the proposal is a deterministic function of the context, i.e. a one-hot q, as in
+prompt lookup) or, where the target verifies trees, as a `TreeDraft` (engine/tree.py). After
+the loop commits a step the policy calls `committed(context)`; on any exit `reset(context)`.
+The drafters: prompt lookup (`ngram`, here), a draft model of the target's vocabulary
+(`draft`, here) or of another (`draft`, engine/textdraft.py), the drafting store (`store`,
+engine/storedraft.py); a grammar's forced tokens (`grammar`) come from policy.GuidedPolicy.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from specchat.engine.sampling import (
     sample,
     top_probability,
 )
+from specchat.engine.suffix import MAX_MATCH, match_lengths
+from specchat.engine.tree import TreeDraft
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,14 @@ class Draft:
 
     tokens: tuple[int, ...] = ()
     q: tuple[np.ndarray, ...] | None = None
-    source: str = ""  # where the tokens came from, for acceptance by source (stats)
+    source: str = ""  # the drafter's name (NGRAM, ...), for acceptance by source (stats)
+    # What a drafter that prices its own drafts (the store's) expects this one to yield:
+    # E(tokens)/T over a plain step's 1/T. None: not priced.
+    expected_speedup: float | None = None
+
+    @property
+    def depth(self) -> int:
+        return len(self.tokens)
 
     def cut(self, k: int) -> Draft:
         """The first k tokens (and their q rows), from the same source."""
@@ -47,8 +60,28 @@ class Draft:
 
 
 EMPTY_DRAFT = Draft()
-# Where drafts come from (Stats.sources): this conversation, earlier answers, a draft model.
-PROMPT, HISTORY, DRAFT_MODEL, GRAMMAR = "prompt", "history", "draft-model", "grammar"
+# The drafters' names, one each wherever a drafter is named (auto's keys and decisions,
+# Stats.sources, --json, /stats, bench reports): prompt lookup, a draft model, the drafting
+# store, a grammar's forced tokens.
+NGRAM, DRAFT, STORE, GRAMMAR = "ngram", "draft", "store", "grammar"
+
+
+# Ends a draft model's draft early: after each drafted token, stop(how many so far, the
+# draft's probability of the last one) -> True ends it there. Stopping on the draft's own
+# probabilities keeps sampling exact (the length never depends on the target).
+StopRule = Callable[[int, float], bool]
+
+
+@dataclass(frozen=True)
+class ScoredDraft:
+    """A draft model's draft, with what `auto` trims it and learns by (auto.py)."""
+
+    draft: Draft
+    confidence: tuple[float, ...]  # the draft's probability of each token
+    evals: int  # draft-model evaluations it took
+
+
+UNSCORED = ScoredDraft(EMPTY_DRAFT, (), 0)
 
 
 class Drafter(Protocol):
@@ -56,11 +89,13 @@ class Drafter(Protocol):
         """Take in the prompt before decoding starts (timed with the prompt)."""
         ...
 
-    def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
-        """Up to k tokens that may follow `context` (fewer, or none, is allowed)."""
+    def propose(self, context: Sequence[int], k: int,
+                rng: np.random.Generator) -> Draft | TreeDraft:
+        """Up to k tokens that may follow `context` (fewer, or none, is allowed); a tree
+        only from a drafter made for a target that verifies trees, at most k deep."""
         ...
 
-    def rollback(self, context: Sequence[int]) -> None:
+    def committed(self, context: Sequence[int]) -> None:
         """The loop committed `context`; drop whatever state went beyond it."""
         ...
 
@@ -123,16 +158,10 @@ class DraftModelDrafter:
         self.blind = False
         self._known: int | None = None  # cache == context[:_known], when known
         # After a completed propose the cache is exactly context[:_base] + _extra, which lets
-        # rollback cut back without comparing the whole context.
+        # committed() cut back without comparing the whole context.
         self._drafted = False
         self._base = 0
         self._extra: list[int] = []
-        # A policy may stop a draft early: after each drafted token, stop(how many so far,
-        # the draft's probability of the last one) -> True ends the draft there. Stopping on
-        # the draft's own probabilities keeps sampling exact (the length never depends on
-        # the target). `confidence` holds those probabilities for the last draft.
-        self.stop: Callable[[int, float], bool] | None = None
-        self.confidence: list[float] = []
 
     def prepare(self, context: Sequence[int], fill: bool = True) -> None:
         """Take in the prompt; with fill=False only keep what the cache already holds of it
@@ -156,16 +185,23 @@ class DraftModelDrafter:
         return len(context) - 1 - common_prefix(self.model.tokens, context[:-1])
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
+        return self.scored(context, k, rng).draft
+
+    def scored(self, context: Sequence[int], k: int, rng: np.random.Generator,
+               stop: StopRule | None = None) -> ScoredDraft:
+        """A draft with the draft's probability of each token (when `stop` is given; else
+        1.0 each), stopped early where `stop` says."""
         # The cache will end at len(context) + k - 1 (the last draft is never evaluated).
         k = min(k, self.model.n_ctx - len(context) + 1)
         if k <= 0 or not context or self.blind:
-            return EMPTY_DRAFT
+            return UNSCORED
         try:
-            return self._draft(context, k, rng)
+            return self._draft(context, k, rng, stop)
         except ContextFullError:
-            return EMPTY_DRAFT  # the cache is whatever it is; rollback will compare
+            return UNSCORED  # the cache is whatever it is; committed() will compare
 
-    def _draft(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
+    def _draft(self, context: Sequence[int], k: int, rng: np.random.Generator,
+               stop: StopRule | None) -> ScoredDraft:
         model = self.model
         keep = common_prefix(model.tokens, context) if self._known is None else self._known
         keep = min(keep, len(context) - 1)
@@ -174,12 +210,12 @@ class DraftModelDrafter:
         unseen = context[keep:]
         if self.n_target > model.n_vocab and readable_prefix(unseen, model.n_vocab) < len(unseen):
             self.blind, self._known = True, keep
-            return EMPTY_DRAFT
+            return UNSCORED
         logits = model.eval(list(unseen), [-1])[0]
         tokens: list[int] = []
         rows: list[np.ndarray] = []
-        self.confidence = []
-        eog, stop = model.eog_tokens, self.stop
+        confidences: list[float] = []
+        eog = model.eog_tokens
         guide = self.constraint
         taken = 0  # tokens the constraint took in, given back at the end
         try:
@@ -190,7 +226,7 @@ class DraftModelDrafter:
                     self._choose(logits, recent, rng, confident) if guide is None else
                     self._choose(logits, recent, rng, confident, guide.allowed()))
                 tokens.append(token)
-                self.confidence.append(confidence)
+                confidences.append(confidence)
                 if q is not None:
                     rows.append(q)
                 # Nothing useful can follow an end-of-generation token.
@@ -206,8 +242,8 @@ class DraftModelDrafter:
             if guide is not None and taken:
                 guide.rollback(taken)
         self._drafted = True
-        return Draft(tuple(tokens), None if self.sampling.greedy else tuple(rows),
-                     DRAFT_MODEL)
+        draft = Draft(tuple(tokens), None if self.sampling.greedy else tuple(rows), DRAFT)
+        return ScoredDraft(draft, tuple(confidences), len(tokens))
 
     def _choose(self, logits: np.ndarray, recent: Sequence[int], rng: np.random.Generator,
                 confident: bool, allowed: np.ndarray | None = None
@@ -224,7 +260,7 @@ class DraftModelDrafter:
         token = sample(q, rng)
         return token, pad_row(q, self.n_target), float(q[token])
 
-    def rollback(self, context: Sequence[int]) -> None:
+    def committed(self, context: Sequence[int]) -> None:
         if self._known is not None:
             return  # nothing was evaluated since the cache last matched the context
         if not self._drafted or len(context) < self._base:
@@ -240,6 +276,18 @@ class DraftModelDrafter:
         keep = common_prefix(self.model.tokens, context)
         self.model.truncate(keep)
         self._known, self._drafted, self._extra = keep, False, []
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What prompt lookup found for the context's suffix (NgramIndex.lookup)."""
+
+    tokens: list[int]  # what followed the most recent earlier match ([]: none)
+    length: int  # how many tokens the match really spans (0 when ambiguous or none)
+    ambiguous: bool  # the matched n-gram was followed by different tokens before
+
+
+NO_LOOKUP = Lookup([], 0, False)
 
 
 class NgramIndex:
@@ -292,6 +340,22 @@ class NgramIndex:
         """Whether the context's last n tokens were followed by different tokens before."""
         return tuple(self.tokens[len(self.tokens) - n:]) in self._ambiguous
 
+    def lookup(self, k: int) -> Lookup:
+        """The continuation(k), with how long the match really is (followed back up to
+        suffix.MAX_MATCH tokens: the index keys only max_n) unless the matched n-gram is
+        ambiguous (then 0)."""
+        n, start = self.match()
+        if not n:
+            return NO_LOOKUP
+        toks = self.tokens
+        if self.ambiguous(n):
+            return Lookup(toks[start: start + k], 0, True)
+        back = np.full((1, MAX_MATCH), -1, dtype=np.int64)
+        before = toks[max(0, start - MAX_MATCH): start][::-1]
+        back[0, : len(before)] = before
+        length = int(match_lengths(back, np.asarray(toks[-MAX_MATCH:], dtype=np.int64))[0])
+        return Lookup(toks[start: start + k], length, False)
+
     def continuation(self, k: int) -> list[int]:
         """Up to k tokens that followed the longest earlier match of the suffix."""
         n, start = self.match()
@@ -313,10 +377,15 @@ class PromptLookupDrafter:
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
         if k <= 0:
             return EMPTY_DRAFT
-        self._sync(context)
-        return Draft(tuple(self.index.continuation(k)), None, PROMPT)
+        return Draft(tuple(self.lookup(context, k).tokens), None, NGRAM)
 
-    def rollback(self, context: Sequence[int]) -> None:
+    def lookup(self, context: Sequence[int], k: int) -> Lookup:
+        """Up to k tokens that followed the longest earlier match of the context's suffix,
+        with the match's length and ambiguity (what `auto` judges a lookup by)."""
+        self._sync(context)
+        return self.index.lookup(k)
+
+    def committed(self, context: Sequence[int]) -> None:
         return None  # the index only ever holds committed tokens
 
     def reset(self, context: Sequence[int]) -> None:

@@ -23,8 +23,8 @@ are accepted, times what a token is worth here (the seconds it would otherwise t
 - then keep only as many tokens as are worth their verify rows (none, if even the first is
   too doubtful: the step is then a plain one and only the draft's own work was spent).
 
-P(accepted | confidence) is learnt per confidence bucket (the AcceptanceModel of key
-("confidence", bucket) in AutoState), starting from the confidence itself.
+P(accepted | confidence) is learnt per confidence bucket (the AcceptanceModel of
+autokeys.ConfidenceKey in AutoState), starting from the confidence itself.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ Rate = Callable[[float], float]  # P(accepted | the draft's confidence), all bef
 
 @dataclass
 class DraftLength:
-    """One draft-model step's stopping rule (DraftModelDrafter.stop) and trim.
+    """One draft-model step's stopping rule (the `stop` DraftModelDrafter.scored takes) and trim.
 
     Verify costs are not convex in the batch size (a GPU's kernels work in tiles, a CPU's in
     blocks of rows: a batch of 4 can cost little more than one of 3 after a dear step from 2

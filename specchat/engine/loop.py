@@ -12,7 +12,7 @@ always holds a prefix of prompt + answer and the next turn's prefix reuse is saf
 
 Exactness does not depend on how k or the drafts are chosen: each emitted token has the
 target's distribution given everything before it, whatever happened in earlier steps.
-Under a grammar (Hooks.constraint) every row, the target's and the draft's, is masked for
+Under a grammar (LoopHooks.constraint) every row, the target's and the draft's, is masked for
 its own position and drafts are cut at the first forbidden token: engine/constraint.py.
 """
 
@@ -26,35 +26,17 @@ from typing import cast
 import numpy as np
 
 from specchat.engine.acceptance import accept_greedy, accept_sampled
-from specchat.engine.auto import AutoPolicy, AutoState
 from specchat.engine.constraint import Constraint, StepMasks
-from specchat.engine.drafters import (
-    EMPTY_DRAFT,
-    Draft,
-    Drafter,
-    DraftModelDrafter,
-    PromptLookupDrafter,
-    fill_cache,
-)
+from specchat.engine.cost import CostTable
+from specchat.engine.drafters import EMPTY_DRAFT, Draft, fill_cache
 from specchat.engine.events import Chunk, Event, Finished, Progress
-from specchat.engine.history import HistoryDrafter
 from specchat.engine.logprobs import TokenLogprob, token_logprob
-from specchat.engine.options import GenerationOptions, Spec
-from specchat.engine.padding import check_vocab_sizes
-from specchat.engine.policy import Adaptive, DraftPolicy, GuidedPolicy, Plain
-from specchat.engine.protocol import (
-    ContextFullError,
-    LogitsModel,
-    TreeModel,
-    common_prefix,
-    tree_branches,
-)
+from specchat.engine.options import GenerationOptions
+from specchat.engine.policy import DraftPolicy, Step, StepListener
+from specchat.engine.protocol import ContextFullError, LogitsModel, TreeModel, common_prefix
 from specchat.engine.sampling import biased, greedy_token, probs, recent_window
 from specchat.engine.stats import Stats, StatsBuilder
-from specchat.engine.suffix import SuffixIndex
 from specchat.engine.text import TextStream
-from specchat.engine.textdraft import TextDrafter, TextVocabs
-from specchat.engine.threads import ThreadGovernor
 from specchat.engine.tree import TreeDraft, accept_tree
 
 Clock = Callable[[], float]
@@ -63,120 +45,53 @@ ProgressCallback = Callable[[Progress], None]
 # it put there (0: nothing usable). Called at the start of the prefill, inside its timing.
 Restore = Callable[[Sequence[int]], int]
 
-NGRAM_MAX_MATCH = 5  # longest n-gram the prompt-lookup index keeps
-
 
 @dataclass(frozen=True)
-class Hooks:
-    """What a caller may lend one answer besides the models and the options."""
+class LoopHooks:
+    """What a caller lends the loop for one answer besides the models, the options and the
+    draft policy: what it calls back and what it feeds (engine/build.py's Hooks adds what
+    the policy is built from)."""
 
-    # What `auto` measured and learnt in earlier answers (costs, acceptance); without it
-    # `auto` starts from cautious CPU defaults. Verify costs are learnt in every mode.
-    auto: AutoState | None = None
     progress: ProgressCallback | None = None  # hears how far the prefill is after each chunk
     restore: Restore | None = None  # may first load a saved prefix of the prompt
-    governor: ThreadGovernor | None = None  # threads per step, from step times
     token_bytes: Callable[[int], bytes] | None = None  # default: the target's own
     clock: Clock = time.perf_counter
-    # Earlier prompts and answers `auto` may draft from (engine/history.py); None: none.
-    history: SuffixIndex | None = None
     # A grammar the answer must follow, fresh for this answer (None: free text)
     constraint: Constraint | None = None
-    # The draft speaks another vocabulary: it drafts text, re-tokenized for the target
-    # (engine/textdraft.py). None: the draft shares the target's vocabulary.
-    vocabs: TextVocabs | None = None
-
-
-def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOptions, *,
-             draft: LogitsModel | None = None,
-             hooks: Hooks = Hooks()) -> Generator[Event, None, None]:
-    """Stream the answer to `prompt` (token ids) as Chunk events, then one Finished.
-
-    Raises ValueError at once (not on first iteration) for an empty prompt, `spec="draft"`
-    without a draft model, or a draft whose vocabulary size differs from the target's by
-    more than the padding engine/padding.py can bridge.
-    """
-    tokens = _checked(prompt)
-    policy = make_policy(options, target, draft, hooks.auto, hooks.constraint, hooks.history,
-                         hooks.vocabs)
-    return generate_with(target, tokens, options, policy, hooks)
+    # This machine's verify costs: every step's verify time teaches them, in every mode,
+    # and the statistics price a plain step with them.
+    costs: CostTable | None = None
+    on_step: StepListener | None = None  # hears every step (the thread governor)
 
 
 def generate_with(target: LogitsModel, prompt: Sequence[int], options: GenerationOptions,
-                  policy: DraftPolicy, hooks: Hooks = Hooks()) -> Generator[Event, None, None]:
-    """The same loop with a draft policy of the caller's (priced replays run fixed and
-    oracle policies through it); options.spec then only labels the statistics."""
-    return _Run(target, _checked(prompt), options, policy, hooks).events()
+                  policy: DraftPolicy, hooks: LoopHooks = LoopHooks()
+                  ) -> Generator[Event, None, None]:
+    """Stream the answer to `prompt` (token ids) as Chunk events, then one Finished, drafting
+    with `policy` (engine/build.py builds the one options.spec names; priced replays run
+    fixed and oracle policies). Raises ValueError at once for an empty prompt."""
+    return _Run(target, checked(prompt), options, policy, hooks).events()
 
 
-def _checked(prompt: Sequence[int]) -> list[int]:
+def checked(prompt: Sequence[int]) -> list[int]:
     tokens = [int(t) for t in prompt]
     if not tokens:
         raise ValueError("the prompt is empty: at least one token is needed")
     return tokens
 
 
-def make_drafter(options: GenerationOptions, target: LogitsModel,
-                 draft: LogitsModel | None) -> Drafter | None:
-    """The drafter options.spec drafts with (prompt lookup for `auto`); None for `off`."""
-    if options.spec is Spec.OFF or options.draft_max == 0:
-        return None
-    if options.spec is Spec.DRAFT:
-        if draft is None:
-            raise ValueError("spec 'draft' needs a draft model; use 'ngram' or 'off' without one")
-        return DraftModelDrafter(draft, options.sampling, target.n_vocab)
-    if options.spec is Spec.AUTO and draft is not None:
-        check_vocab_sizes(target.n_vocab, draft.n_vocab)
-    min_match = options.draft_min_match
-    return PromptLookupDrafter(min_match, max(min_match, NGRAM_MAX_MATCH))
-
-
-def make_policy(options: GenerationOptions, target: LogitsModel, draft: LogitsModel | None,
-                auto: AutoState | None, constraint: Constraint | None = None,
-                history: SuffixIndex | None = None,
-                vocabs: TextVocabs | None = None) -> DraftPolicy:
-    """Plain decoding for `off`; `draft` and `ngram` adapt k up to draft_max (a fixed long
-    draft loses badly on CPUs whenever the text stops being predictable, docs/costs.md);
-    `auto` chooses per step with measured costs. Under a grammar, the draft model masks its
-    rows with it and drafts go through GuidedPolicy (engine/constraint.py). A draft of
-    another vocabulary (`vocabs`) drafts text (TextDrafter), under a grammar unmasked."""
-    text = None if vocabs is None or draft is None or not options.spec.uses_draft_model \
-        else TextDrafter(draft, vocabs)
-    drafter: Drafter | None = text
-    if text is None or options.spec is not Spec.DRAFT or options.draft_max == 0:
-        drafter = make_drafter(options, target, draft if text is None else None)
-    if drafter is None:
-        return Plain()
-    policy: DraftPolicy
-    if options.spec is Spec.AUTO and isinstance(drafter, PromptLookupDrafter):
-        model_drafter = text or (DraftModelDrafter(draft, options.sampling, target.n_vocab,
-                                                   constraint) if draft is not None else None)
-        state = auto or AutoState()
-        # A tree is verified without a grammar's masks or per-row logprobs: chains then.
-        branches = 1 if constraint is not None or options.logprobs is not None else \
-            tree_branches(target)
-        earlier = None if history is None or history.empty else HistoryDrafter(
-            history, state.model, branches)
-        policy = AutoPolicy(state, drafter, model_drafter, options.draft_max, earlier)
-    else:
-        if isinstance(drafter, DraftModelDrafter):
-            drafter.constraint = constraint
-        policy = Adaptive(drafter, options.draft_max)
-    return policy if constraint is None else GuidedPolicy(policy, constraint)
-
-
 class _Run:
     """The state of one answer. Only `events()` is public: a generator with cleanup."""
 
     def __init__(self, target: LogitsModel, prompt: list[int], options: GenerationOptions,
-                 policy: DraftPolicy, hooks: Hooks) -> None:
+                 policy: DraftPolicy, hooks: LoopHooks) -> None:
         self.target = target
         self.options = options
         self.policy = policy
-        self.auto = hooks.auto
         self.progress = hooks.progress
         self.restore = hooks.restore
-        self.governor = hooks.governor
+        self.costs = hooks.costs
+        self.on_step = hooks.on_step
         self.token_bytes = hooks.token_bytes or target.token_bytes
         self.clock = hooks.clock
         self.constraint = hooks.constraint
@@ -237,53 +152,63 @@ class _Run:
         return True
 
     def _step(self) -> tuple[list[int], list[bool]]:
-        """One target call. Returns the accepted drafts plus the target's own token."""
-        stats, committed = self.stats, self.committed
-        room = self.target.n_ctx - len(committed)
-        remaining = self.options.max_tokens - stats.generated
-        # Drafts past max_tokens could never be emitted, so they are not even asked for.
-        limit = max(0, min(self.options.draft_max, room, remaining - 1))
+        """One target call: draft, verify, accept, record. Returns the accepted drafts plus
+        the target's own token."""
         t0 = self.clock()
-        draft: Draft | TreeDraft = EMPTY_DRAFT
-        if limit > 0:
-            draft = self.policy.propose(committed, limit, self.rng)
-            # A tree is as deep as `limit` at most; its width must still fit the context.
-            draft = draft.cut(room if isinstance(draft, TreeDraft) else limit)
-        stats.last_k = len(draft.tokens)
+        draft = self._draft()
         t1 = self.clock()
+        self.stats.last_k = len(draft.tokens)  # before the verify, which may find no room
         if isinstance(draft, TreeDraft):
             kept, token, t2 = self._verify_tree(draft)
         else:
-            batch = [committed[-1], *draft.tokens]
-            logits = self.target.eval(batch, list(range(len(batch))))
-            t2 = self.clock()
-            n, token = self._accept(logits, draft)
-            kept = list(draft.tokens[:n])
-            if self.options.logprobs is not None:
-                top = self.options.logprobs
-                self.logprobs = [token_logprob(logits[j], t, top)
-                                 for j, t in enumerate([*kept, token])]
-        n = len(kept)
-        t3 = self.clock()
-        stats.draft_seconds += t1 - t0
-        stats.verify_seconds += t2 - t1
-        stats.sample_seconds += t3 - t2
-        stats.record_step(len(draft.tokens), n, seconds=t3 - t1, source=draft.source)
-        if self.auto is not None:
-            self.auto.target_costs.observe(len(draft.tokens) + 1, t2 - t1)
-        if self.governor is not None:
-            costs = self.auto.target_costs if self.auto is not None else None
-            size = len(draft.tokens) + 1
-            ratio = costs.cost(size) / costs.cost(1) if costs else float(size)
-            self.governor.observe(t2 - t1, ratio)
-        self.policy.observe(len(draft.tokens), n, draft_seconds=t1 - t0,
-                            verify_seconds=t2 - t1)
-        return [*kept, token], [True] * n + [False]
+            kept, token, t2 = self._verify_chain(draft)
+        self._record(Step(len(draft.tokens), len(kept), draft.source, t1 - t0, t2 - t1),
+                     self.clock() - t2)
+        return [*kept, token], [True] * len(kept) + [False]
+
+    def _draft(self) -> Draft | TreeDraft:
+        """The policy's draft, cut to what the context and max_tokens leave room for."""
+        room = self.target.n_ctx - len(self.committed)
+        remaining = self.options.max_tokens - self.stats.generated
+        # Drafts past max_tokens could never be emitted, so they are not even asked for.
+        limit = max(0, min(self.options.draft_max, room, remaining - 1))
+        if limit == 0:
+            return EMPTY_DRAFT
+        draft = self.policy.propose(self.committed, limit, self.rng)
+        # A tree is as deep as `limit` at most; its width must still fit the context.
+        return draft.cut(room if isinstance(draft, TreeDraft) else limit)
+
+    def _verify_chain(self, draft: Draft) -> tuple[list[int], int, float]:
+        """The accepted drafts, the token after them, and when the target call ended."""
+        batch = [self.committed[-1], *draft.tokens]
+        logits = self.target.eval(batch, list(range(len(batch))))
+        t2 = self.clock()
+        n, token = self._accept(logits, draft)
+        kept = list(draft.tokens[:n])
+        if self.options.logprobs is not None:
+            top = self.options.logprobs
+            self.logprobs = [token_logprob(logits[j], t, top)
+                             for j, t in enumerate([*kept, token])]
+        return kept, token, t2
+
+    def _record(self, step: Step, sample_seconds: float) -> None:
+        """The step goes to the statistics, the cost table, the policy and the listener."""
+        stats = self.stats
+        stats.draft_seconds += step.draft_seconds
+        stats.verify_seconds += step.verify_seconds
+        stats.sample_seconds += sample_seconds
+        stats.record_step(step.drafted, step.accepted,
+                          seconds=step.verify_seconds + sample_seconds, source=step.source)
+        if self.costs is not None:
+            self.costs.observe(step.batch, step.verify_seconds)
+        self.policy.observe(step)
+        if self.on_step is not None:
+            self.on_step(step)
 
     def _verify_tree(self, draft: TreeDraft) -> tuple[list[int], int, float]:
         """Several candidates in one target call (engine/tree.py): the accepted path's
         tokens, the token after them, and when the target call ended."""
-        # Only policies made for a TreeModel target propose trees (make_policy).
+        # Only policies made for a TreeModel target propose trees (engine/build.py).
         target = cast(TreeModel, self.target)
         batch, parents = draft.batch(self.committed[-1])
         logits = target.eval_tree(batch, parents)
@@ -292,7 +217,7 @@ class _Run:
         n_recent = opts.repeat_last_n if opts.repeat_penalty != 1.0 else 0
         base = self.committed[-n_recent:] if n_recent else []
         # logit_bias is a warp of the target's rows here as in a chain (no grammar: trees
-        # are not drafted under one, make_policy).
+        # are not drafted under one: engine/build.py).
         path, token = accept_tree(lambda i: biased(logits[i], opts), draft, base, opts,
                                   self.rng)
         target.keep_path([i + 1 for i in path])
@@ -348,7 +273,7 @@ class _Run:
         if self.constraint is not None:
             self.constraint.advance(kept)
         self.target.truncate(len(self.committed) - 1)
-        self.policy.rollback(self.committed)
+        self.policy.committed(self.committed)
         return kept, text, reason
 
     def _finish(self, reason: str, text: str = "", kept: Sequence[int] = (),
@@ -364,8 +289,8 @@ class _Run:
         yield Finished(reason, self.text.text, tuple(self.committed[self.n_prompt:]), stats)
 
     def _snapshot(self) -> Stats:
-        if self.auto is not None:
-            self.stats.plain_step_seconds = self.auto.target_costs.cost(1)
+        if self.costs is not None:
+            self.stats.plain_step_seconds = self.costs.cost(1)
         return self.stats.snapshot(self.clock() - self.decode_start)
 
     def _restore(self) -> None:

@@ -1,15 +1,17 @@
 """Draft policies: per step, what to draft (and how much), and learning from how it went.
 
 The loop asks its policy for a draft of at most `limit` tokens before every step (an empty
-draft means a plain step) and reports what the target kept. `off` is Plain; `draft` and
-`ngram` are Adaptive over one drafter; `auto` (auto.py) weighs every drafter against a plain
-step with measured costs. Exactness never depends on the policy: the loop verifies whatever
-is proposed.
+draft means a plain step) and hands it the step's facts as one `Step` afterwards. `off` is
+Plain; `draft` and `ngram` are Adaptive over one drafter; `auto` (auto.py) weighs every
+drafter against a plain step with measured costs. The policies are built outside the loop
+(engine/build.py). Exactness never depends on the policy: the loop verifies whatever is
+proposed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -17,6 +19,25 @@ import numpy as np
 from specchat.engine.constraint import Constraint
 from specchat.engine.drafters import EMPTY_DRAFT, GRAMMAR, Draft, Drafter
 from specchat.engine.tree import TreeDraft
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one step did: the record the loop hands its policy and its step listener."""
+
+    drafted: int  # tokens verified beside the last committed one (every node of a tree)
+    accepted: int  # of those, how many the target kept
+    source: str  # the drafter that proposed them (drafters.NGRAM, ...; "" for none)
+    draft_seconds: float  # spent proposing
+    verify_seconds: float  # the target call that verified them
+
+    @property
+    def batch(self) -> int:
+        """Tokens the target evaluated in the verify call."""
+        return self.drafted + 1
+
+
+StepListener = Callable[[Step], None]
 
 
 class DraftPolicy(Protocol):
@@ -31,12 +52,11 @@ class DraftPolicy(Protocol):
         `limit` deep."""
         ...
 
-    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
-                verify_seconds: float = 0.0) -> None:
-        """What the last step drafted and how many of those the target kept."""
+    def observe(self, step: Step) -> None:
+        """How the step this policy proposed for went."""
         ...
 
-    def rollback(self, context: Sequence[int]) -> None:
+    def committed(self, context: Sequence[int]) -> None:
         """The loop committed `context`; drop whatever state went beyond it."""
         ...
 
@@ -54,11 +74,10 @@ class Plain:
     def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
         return EMPTY_DRAFT
 
-    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
-                verify_seconds: float = 0.0) -> None:
+    def observe(self, step: Step) -> None:
         return None
 
-    def rollback(self, context: Sequence[int]) -> None:
+    def committed(self, context: Sequence[int]) -> None:
         return None
 
     def reset(self, context: Sequence[int]) -> None:
@@ -79,14 +98,15 @@ class Adaptive:
     def prepare(self, context: Sequence[int]) -> None:
         self.drafter.prepare(context)
 
-    def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
+    def propose(self, context: Sequence[int], limit: int,
+                rng: np.random.Generator) -> Draft | TreeDraft:
         k = min(self.k, limit)
         if k <= 0:
             return EMPTY_DRAFT
         return self.drafter.propose(context, k, rng).cut(k)
 
-    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
-                verify_seconds: float = 0.0) -> None:
+    def observe(self, step: Step) -> None:
+        drafted, accepted = step.drafted, step.accepted
         if drafted == 0 or self.k_max == 0:
             return  # nothing was proposed (no n-gram match): no evidence either way
         if accepted >= drafted:
@@ -94,8 +114,8 @@ class Adaptive:
         else:
             self.k = min(self.k_max, accepted + 1)
 
-    def rollback(self, context: Sequence[int]) -> None:
-        self.drafter.rollback(context)
+    def committed(self, context: Sequence[int]) -> None:
+        self.drafter.committed(context)
 
     def reset(self, context: Sequence[int]) -> None:
         self.drafter.reset(context)
@@ -125,14 +145,12 @@ class GuidedPolicy:
         n = self.constraint.allows(draft.tokens) if draft.tokens else 0
         return draft if n == len(draft.tokens) else draft.cut(n)
 
-    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
-                verify_seconds: float = 0.0) -> None:
+    def observe(self, step: Step) -> None:
         if self._asked:
-            self.inner.observe(drafted, accepted, draft_seconds=draft_seconds,
-                               verify_seconds=verify_seconds)
+            self.inner.observe(step)
 
-    def rollback(self, context: Sequence[int]) -> None:
-        self.inner.rollback(context)
+    def committed(self, context: Sequence[int]) -> None:
+        self.inner.committed(context)
 
     def reset(self, context: Sequence[int]) -> None:
         self.inner.reset(context)

@@ -72,7 +72,7 @@ class Stats(Rates):
     plain_step_seconds: float = 0.0  # calibrated cost of one plain target step (0: unknown)
     plain_steps: int = 0  # steps of this answer that verified one token and drafted none
     plain_seconds: float = 0.0  # their verify + sampling time, measured in this answer
-    # Per draft source (engine.drafters: prompt, history, draft-model): (source, steps that
+    # Per drafter (engine.drafters: ngram, draft, store, grammar): (source, steps that
     # drafted from it, tokens drafted, tokens accepted). A tree step counts every node drafted.
     sources: tuple[tuple[str, int, int, int], ...] = ()
     # Fields nobody measured (a remote server that did not report them): shown as unknown,

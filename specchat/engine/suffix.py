@@ -195,7 +195,7 @@ class SuffixIndex:
         found = self._occurrences(key_of(context[-k:]), max_occurrences, depth)
         if found is None:
             return None
-        length = _match_length(found.back, np.asarray(context[-MAX_MATCH:], dtype=np.int64))
+        length = match_lengths(found.back, np.asarray(context[-MAX_MATCH:], dtype=np.int64))
         keep = length >= k  # a hash collision matches nothing
         if not keep.any():
             return None
@@ -359,7 +359,7 @@ def _measured(both: np.ndarray, tail: np.ndarray, n_vocab: int, segment: np.ndar
     """Matches from each occurrence's window (newest first): the MAX_MATCH tokens up to it,
     then the tokens after it. `both` is changed in place."""
     back, ahead, text = _prepared(both, n_vocab)
-    return Matches(_match_length(back, tail), ahead, text, segment, pos)
+    return Matches(match_lengths(back, tail), ahead, text, segment, pos)
 
 
 def _prepared(both: np.ndarray, n_vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -373,9 +373,11 @@ def _prepared(both: np.ndarray, n_vocab: int) -> tuple[np.ndarray, np.ndarray, n
     return back, ahead, row_keys(both).view(np.int64)
 
 
-def _match_length(back: np.ndarray, tail: np.ndarray) -> np.ndarray:
-    """How many of the context's last tokens (`tail`, oldest first) each row of `back`
-    (newest first) matches."""
+def match_lengths(back: np.ndarray, tail: np.ndarray) -> np.ndarray:
+    """How many of the context's last tokens (`tail`, oldest first, at most MAX_MATCH) each
+    row of `back` (the MAX_MATCH tokens before an earlier occurrence's continuation, newest
+    first, -1 where there are none) matches: the one way a match's length is measured, for
+    the store's lookups and for prompt lookup's (drafters.NgramIndex.lookup)."""
     if len(tail) == MAX_MATCH:
         same = back == tail[::-1][None, :]
     else:

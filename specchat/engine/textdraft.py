@@ -22,13 +22,20 @@ Where tokens meet text (each model's side through a TextVocab, llm/textvocab.py)
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
-from specchat.engine.drafters import DRAFT_MODEL, EMPTY_DRAFT, Draft, fill_cache
+from specchat.engine.drafters import (
+    DRAFT,
+    UNSCORED,
+    Draft,
+    ScoredDraft,
+    StopRule,
+    fill_cache,
+)
 from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefix
 from specchat.engine.sampling import top_probability
 
@@ -201,11 +208,46 @@ def _cut_after(target: TextVocab, anchor: bytes, text: bytes) -> list[int] | Non
     return None
 
 
+@dataclass
+class _Scoring:
+    """One TextDrafter draft under way: the target tokens found so far, their confidence,
+    the draft's evals, and how far the stopping rule let it go."""
+
+    k: int
+    stop: StopRule | None
+    found: list[int] = field(default_factory=list)
+    confidence: list[float] = field(default_factory=list)
+    evals: int = 0
+    asked: int = 0  # how many tokens `stop` heard about
+    cut: int = 0  # where it stopped the draft (k: it did not)
+
+    def __post_init__(self) -> None:
+        self.cut = self.k
+
+    def stops(self, n: int) -> bool:
+        """Asks `stop` once about each new token, in order; True once it says stop."""
+        if self.stop is None:
+            return False
+        for i in range(self.asked, n):
+            self.asked = i + 1
+            if self.stop(i + 1, self.confidence[i]):
+                self.cut = i + 1
+                return True
+        return False
+
+    def result(self) -> ScoredDraft:
+        n = min(len(self.found), self.cut)
+        if not n:
+            return ScoredDraft(UNSCORED.draft, (), self.evals)
+        draft = Draft(tuple(int(t) for t in self.found[:n]), None, DRAFT)
+        return ScoredDraft(draft, tuple(self.confidence[:n]), self.evals)
+
+
 class TextDrafter:
     """Proposes the target tokens of a draft model's greedy text (a one-hot q).
 
-    Has what `auto` asks of a draft model's drafter (auto.py): `model`, `blind`, `stop`,
-    `confidence` and `lag`, so auto weighs it as it weighs a draft of the same vocabulary.
+    Has what `auto` asks of a draft model's drafter (auto.py): `model`, `blind`, `lag` and
+    `scored`, so auto weighs it as it weighs a draft of the same vocabulary.
     """
 
     def __init__(self, model: LogitsModel, vocabs: TextVocabs) -> None:
@@ -213,15 +255,6 @@ class TextDrafter:
         self.vocabs = vocabs
         self.mirror = Mirror(vocabs)
         self.blind = False  # the context no longer fits the draft's cache
-        # As DraftModelDrafter's: stop(how many so far, confidence) may end a draft there;
-        # `confidence` holds, per proposed token, the draft's lowest top probability among
-        # the draft tokens that wrote it.
-        self.stop: Callable[[int, float], bool] | None = None
-        self.confidence: list[float] = []
-        # The draft's evals in the last propose: it writes past what it proposes (the last
-        # target token waits for more text), so a proposed token costs more than one eval.
-        self.evals = 0
-        self._asked = self._cut = 0  # how many tokens stop() heard about; where it cut
 
     def prepare(self, context: Sequence[int], fill: bool = True) -> None:
         """Take in the prompt; with fill=False the first propose() reads it instead."""
@@ -237,33 +270,40 @@ class TextDrafter:
         return len(mine) - 1 - common_prefix(self.model.tokens, mine[:-1])
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
-        self.confidence = []
-        self.evals = 0
+        return self.scored(context, k, rng).draft
+
+    def scored(self, context: Sequence[int], k: int, rng: np.random.Generator,
+               stop: StopRule | None = None) -> ScoredDraft:
+        """As DraftModelDrafter.scored: a token's confidence is the draft's lowest top
+        probability among the draft tokens that wrote it; `evals` counts the draft's evals,
+        more than the tokens proposed (the last target token waits for more text)."""
         if k <= 0 or not context or self.blind:
-            return EMPTY_DRAFT
+            return UNSCORED
         mine = self.mirror.update(context)
         if not mine:
-            return EMPTY_DRAFT  # no text the draft can read yet
+            return UNSCORED  # no text the draft can read yet
         if len(mine) >= self.model.n_ctx:
             self.blind = True
-            return EMPTY_DRAFT
+            return UNSCORED
+        scoring = _Scoring(k, stop)
         try:
-            return self._draft(context, mine, k)
-        except ContextFullError:
-            return EMPTY_DRAFT  # the cache is whatever it is; the next step compares
+            self._draft(context, mine, k, scoring)
+        except ContextFullError:  # the cache is whatever it is; the next step compares
+            return ScoredDraft(UNSCORED.draft, (), scoring.evals)
+        return scoring.result()
 
-    def _draft(self, context: Sequence[int], mine: list[int], k: int) -> Draft:
+    def _draft(self, context: Sequence[int], mine: list[int], k: int,
+               scoring: _Scoring) -> None:
         model, draft = self.model, self.vocabs.draft
         keep = min(common_prefix(model.tokens, mine), len(mine) - 1)
         model.truncate(keep)
         logits = model.eval(mine[keep:], [-1])[0]
-        self.evals = 1
+        scoring.evals = 1
         anchor = self._anchor(context)
         # The draft read the context without its incomplete last character (Mirror): its
         # text must write those bytes again, and they are not proposed twice.
         tail = _incomplete_tail(anchor)
-        text, found, low = b"", list[int](), 1.0
-        self._asked, self._cut = 0, k
+        text, low = b"", 1.0
         budget = min(2 * k + 4, model.n_ctx - len(mine) + 1)
         for n in range(budget):
             token = int(np.argmax(logits))
@@ -276,31 +316,16 @@ class TextDrafter:
                 break  # the draft rewrote the context's last character otherwise
             tokens = continuation(self.vocabs.target, anchor, own)
             stable = tokens if ended else tokens[:-1]  # more text could change the last
-            if len(stable) > len(found):
-                self.confidence += [low] * (len(stable) - len(self.confidence))
-                found, low = stable, 1.0
-                if len(found) >= k or self._stops(len(found)):
+            if len(stable) > len(scoring.found):
+                scoring.confidence += [low] * (len(stable) - len(scoring.confidence))
+                scoring.found, low = stable, 1.0
+                if len(scoring.found) >= k or scoring.stops(len(scoring.found)):
                     break
             if ended:
                 break
             if n + 1 < budget:
                 logits = model.eval([token], [-1])[0]
-                self.evals += 1
-        n = min(len(found), self._cut)
-        self.confidence = self.confidence[:n]
-        return Draft(tuple(int(t) for t in found[:n]), None, DRAFT_MODEL) if n else \
-            EMPTY_DRAFT
-
-    def _stops(self, n: int) -> bool:
-        """Asks `stop` once about each new token, in order; True once it says stop."""
-        if self.stop is None:
-            return False
-        for i in range(self._asked, n):
-            self._asked = i + 1
-            if self.stop(i + 1, self.confidence[i]):
-                self._cut = i + 1
-                return True
-        return False
+                scoring.evals += 1
 
     def _anchor(self, context: Sequence[int]) -> bytes:
         """The text of the context's last few tokens, back to its last control token."""
@@ -311,7 +336,7 @@ class TextDrafter:
             out = target.piece(token) + out
         return out
 
-    def rollback(self, context: Sequence[int]) -> None:
+    def committed(self, context: Sequence[int]) -> None:
         return None  # every propose compares the cache with the context's tokens
 
     def reset(self, context: Sequence[int]) -> None:

@@ -19,6 +19,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 
+from specchat.engine.cost import CostTable
+from specchat.engine.policy import Step, StepListener
+
 SLOW = 1.6  # all-thread steps this much slower than the reference: worth trying one thread
 WINDOW = 6  # steps per judgement: one slow step is noise, six are a pattern
 PROBE_EVERY = 48  # steps on one thread before trying all threads again
@@ -81,6 +84,15 @@ class ThreadGovernor:
             self._judge_one(median)
         else:
             self._judge_full(median)
+
+    def step_listener(self, costs: CostTable | None) -> StepListener:
+        """What the loop calls after every step (LoopHooks.on_step): its verify time, a
+        batch counted as cost(n) / cost(1) plain steps on `costs` (None: n of them)."""
+        def hear(step: Step) -> None:
+            size = step.batch
+            self.observe(step.verify_seconds,
+                         costs.cost(size) / costs.cost(1) if costs is not None else float(size))
+        return hear
 
     def set_limit(self, threads: int) -> None:
         """Use at most `threads` from now on (another specchat process started or ended):

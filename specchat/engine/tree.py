@@ -33,11 +33,13 @@ from specchat.engine.sampling import greedy_token, probs, recent_window, sample
 
 @dataclass(frozen=True)
 class TreeDraft:
-    """Drafted tokens as a tree, parents before children; `source` names the drafter."""
+    """Drafted tokens as a tree, parents before children; `source` names the drafter and
+    `expected_speedup` is what it expects the tree to yield (as drafters.Draft's)."""
 
     tokens: tuple[int, ...]
     parents: tuple[int, ...]
     source: str = ""
+    expected_speedup: float | None = None
     _children: dict[int, list[int]] = field(default_factory=dict, init=False, repr=False,
                                             compare=False)
 
@@ -59,6 +61,14 @@ class TreeDraft:
     @property
     def is_chain(self) -> bool:
         return all(p == i - 1 for i, p in enumerate(self.parents))
+
+    @property
+    def depth(self) -> int:
+        """Nodes on the longest root-to-leaf path."""
+        depths: list[int] = []
+        for p in self.parents:
+            depths.append(1 if p < 0 else depths[p] + 1)
+        return max(depths, default=0)
 
     @property
     def leaves(self) -> int:

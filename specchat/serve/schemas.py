@@ -108,7 +108,7 @@ class SpeculativeUsage(BaseModel):
     draft_seconds: float
     verify_seconds: float
     sample_seconds: float
-    # Per draft source (prompt, history, draft-model): steps, drafted and accepted tokens.
+    # Per drafter (ngram, draft, store, grammar): steps, drafted and accepted tokens.
     sources: dict[str, dict[str, int]] = {}
 
     @classmethod

@@ -55,10 +55,10 @@ def auto_lines(state: AutoState, draft_loaded: bool) -> list[str]:
         shown = " ".join(f"{r:.0%}" for r in rates)
         where = ", positions 1-4" if len(rates) > 1 else ""
         lines.append(f"auto: est. acceptance {key}{where}: {shown}")
-    if info.get("history_estimates"):
-        shown = ", ".join(f"{k.removeprefix('history/')} {r:.0%}"
-                          for k, r in info["history_estimates"].items())
-        lines.append(f"auto: est. acceptance of earlier answers' continuations: {shown}")
+    if info.get("store_estimates"):
+        shown = ", ".join(f"{k.removeprefix('store/')} {r:.0%}"
+                          for k, r in info["store_estimates"].items())
+        lines.append(f"auto: est. acceptance of the drafting store's continuations: {shown}")
     last = info["last_choice"]
     lines.append(f"auto: last choice {last['drafter'] or 'plain'} k={last['k']} "
                  f"(expected {last['expected_speedup']:.2f}x)")

@@ -24,9 +24,9 @@ from specchat.bench.sweep import (
 from specchat.commands.benchreplay import load_recording
 from specchat.engine.auto import KEPT_PRIOR
 from specchat.engine.autokeys import NO_DRAFT_YET
+from specchat.engine.build import Hooks, generate
 from specchat.engine.cost import AcceptanceModel, Candidate, CostTable, choose
 from specchat.engine.events import drain
-from specchat.engine.loop import Hooks, generate
 from specchat.engine.options import Spec
 from tests.bench.test_priced_replay import DATA, gpu_profile
 

@@ -172,7 +172,7 @@ def test_model_and_draft_switch_keeps_the_conversation(tmp_path: Path,
     target = session.runtime.target
     assert target is not old_target and not target.closed  # type: ignore[attr-defined]
     fresh = f.ChatModel(seed=2)
-    from specchat.engine.loop import generate
+    from specchat.engine.build import generate
 
     tokens = f.chat_tokens(session.conversation.messages()[:-1])
     want = list(generate(fresh, tokens, f.options()))[-1]

@@ -11,8 +11,8 @@ import pytest
 
 from specchat import cli
 from specchat.commands import ask as ask_cmd
+from specchat.engine.build import generate
 from specchat.engine.events import Finished
-from specchat.engine.loop import generate
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from tests.support.clirun import FakeStdin, run_cli
 from tests.support.fake_runtime import chat_encode, fake_model, fake_runtime

@@ -12,8 +12,8 @@ import pytest
 
 from specchat.bench import recording as rec
 from specchat.bench.replay import replay_mode
+from specchat.engine.build import generate
 from specchat.engine.events import Finished
-from specchat.engine.loop import generate
 from specchat.engine.options import GenerationOptions, Spec
 from tests.bench.test_priced_replay import DATA, profile_json
 from tests.support.clirun import run_cli

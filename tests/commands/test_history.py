@@ -133,7 +133,7 @@ def test_rm_removes_the_conversations_answers_from_the_drafting_store(
     """After `history rm`, asking again drafts nothing from what that conversation said."""
     from specchat.backend.draftstore import DraftStore, tag_of
     from specchat.engine.cost import AcceptanceModel, CostTable
-    from specchat.engine.history import HistoryDrafter
+    from specchat.engine.storedraft import StoreDrafter
     from specchat.paths import draft_store_dir
 
     answer = [int(b) for b in b"Use reversed(xs)."]
@@ -142,16 +142,16 @@ def test_rm_removes_the_conversations_answers_from_the_drafting_store(
     store.append([7, 7, *answer, 0], tag_of("Use reversed(xs)."))
     store.append([8, 8, *other, 0], tag_of("one"))
 
-    def plan() -> object:
+    def plan() -> tuple[int, ...]:
         index = DraftStore(draft_store_dir(), "v" * 16, 1 << 20).index(256)
-        drafter = HistoryDrafter(index, lambda key: AcceptanceModel(0.95), branches=1)
         gpu = CostTable.from_ratios(0.02, [1 + 0.03 * i for i in range(20)])
-        return drafter.plan([5, *answer[:6]], 8, gpu)
+        drafter = StoreDrafter(index, lambda key: AcceptanceModel(0.95), gpu, branches=1)
+        return drafter.propose([5, *answer[:6]], 8).tokens
 
-    assert plan() is not None  # the answer drafts itself back before the deletion
+    assert plan()  # the answer drafts itself back before the deletion
     code, _, err = run_cli(["history", "rm", "20260101-100000", "--yes"], capsys)
     assert code == 0 and "removed 1 of its answers from the drafting store" in err
-    assert plan() is None
+    assert not plan()
     code, out, _ = run_cli(["history", "store"], capsys)
     assert code == 0 and "1 answers" in out and str(draft_store_dir()) in out
 

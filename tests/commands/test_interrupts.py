@@ -91,8 +91,8 @@ def test_seed_is_checked_in_one_place() -> None:
 def test_drain_closes_the_stream_however_the_consumer_leaves() -> None:
     from collections.abc import Generator
 
+    from specchat.engine.build import generate
     from specchat.engine.events import Chunk, Event, drain
-    from specchat.engine.loop import generate
     from specchat.engine.options import GenerationOptions
 
     model = fake_model()

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from specchat.engine import drafters, loop
+from specchat.engine import build, drafters, loop
 from specchat.engine.drafters import Draft, DraftModelDrafter
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, SamplingOptions
@@ -96,7 +96,7 @@ def draw(target: FakeModel, options: GenerationOptions, n: int = N_DRAWS,
     for i in range(n):
         opts = dataclasses.replace(
             options, sampling=dataclasses.replace(options.sampling, seed=seed0 + i))
-        *_, fin = loop.generate(target, PROMPT, opts, draft=draft)
+        *_, fin = build.generate(target, PROMPT, opts, draft=draft)
         assert isinstance(fin, Finished) and fin.reason == "length"
         result.counts[fin.tokens] += 1
         result.drafted += fin.stats.drafted
@@ -210,7 +210,7 @@ def test_negative_control_always_accepting_fails(monkeypatch: pytest.MonkeyPatch
 def test_negative_control_unwarped_q_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     target = FakeModel(6, seed=14)
     draft = FakeModel(6, seed=15)
-    monkeypatch.setattr(loop, "make_drafter",
-                        lambda o, t, d: UnwarpedQDrafter(d, o.sampling))
+    monkeypatch.setattr(build, "make_drafter",
+                        lambda o, t, d, c=None: UnwarpedQDrafter(d, o.sampling))
     result = draw(target, options(TOPK_PENALTY, "draft"), draft=draft)
     assert chi2_pvalue(result.counts, exact_sequences(target, PROMPT, TOPK_PENALTY)) < P_MIN

@@ -24,6 +24,7 @@ from specchat.engine.auto import (
     AutoPolicy,
     AutoState,
 )
+from specchat.engine.build import Hooks, generate
 from specchat.engine.cost import (
     AcceptanceModel,
     Candidate,
@@ -31,11 +32,16 @@ from specchat.engine.cost import (
     choose,
     match_bucket,
 )
-from specchat.engine.drafters import DRAFT_MODEL, DraftModelDrafter, PromptLookupDrafter
+from specchat.engine.drafters import DRAFT, DraftModelDrafter, PromptLookupDrafter
 from specchat.engine.events import Finished
-from specchat.engine.loop import Hooks, generate
 from specchat.engine.options import GenerationOptions, SamplingOptions
+from specchat.engine.policy import Step
 from tests.support.fakes import FakeModel
+
+
+def step(drafted: int, accepted: int) -> Step:
+    """A step record with only what a policy learns from."""
+    return Step(drafted, accepted, "", 0.0, 0.0)
 
 GPU_RATIOS = [1.0 + 0.02 * i for i in range(17)]  # a verify batch costs about one step
 
@@ -214,8 +220,8 @@ def test_draft_model_drafts_under_auto_are_counted_by_their_source() -> None:
     done = run(FakeModel(8, seed=5), [1, 2, 3], gpu, n=30, draft=FakeModel(8, seed=5))
     sources = done.stats.to_dict()["sources"]
     assert gpu.decisions["draft"] > 0
-    assert sources[DRAFT_MODEL]["drafted"] > 0
-    assert sources[DRAFT_MODEL]["accepted"] == sources[DRAFT_MODEL]["drafted"]
+    assert sources[DRAFT]["drafted"] > 0
+    assert sources[DRAFT]["accepted"] == sources[DRAFT]["drafted"]
 
 
 def test_policy_explains_itself() -> None:
@@ -278,9 +284,9 @@ def test_a_miss_weighs_on_the_next_draft_only_until_a_plain_step() -> None:
     policy = AutoPolicy(cpu_state(), PromptLookupDrafter(2, 5), None, 8)
     policy._key = ("ngram", 3, NO_DRAFT_YET)  # the key of the draft the loop verified
     policy._drafter = "ngram"
-    policy.observe(4, 1)
+    policy.observe(step(4, 1))
     assert policy._last["ngram"] == LAST_FAILED  # the next lookup is judged "after a miss"
-    policy.observe(0, 0)  # a plain step: the target wrote its own token
+    policy.observe(step(0, 0))  # a plain step: the target wrote its own token
     # Without this, a draft that missed once kept every later one in the after-miss
     # estimates, which never paid: long copies later in the answer went plain.
     assert policy._last["ngram"] == NO_DRAFT_YET
@@ -353,8 +359,8 @@ def test_a_draft_model_miss_says_nothing_about_the_next_lookup() -> None:
     # the draft model or to plain steps (docs/gpu.md).
     policy = AutoPolicy(cpu_state(), PromptLookupDrafter(2, 5), None, 8)
     policy._key, policy._drafter = ("draft", NO_DRAFT_YET), "draft"
-    policy.observe(4, 1)
+    policy.observe(step(4, 1))
     assert policy._last == {"ngram": NO_DRAFT_YET, "draft": LAST_FAILED}
     policy._key, policy._drafter = ("ngram", 3, NO_DRAFT_YET), "ngram"
-    policy.observe(4, 4)
+    policy.observe(step(4, 4))
     assert policy._last == {"ngram": LAST_FULL, "draft": LAST_FAILED}

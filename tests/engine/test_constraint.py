@@ -10,13 +10,13 @@ import math
 import numpy as np
 import pytest
 
+from specchat.engine.build import Hooks, generate
 from specchat.engine.constraint import StepMasks
-from specchat.engine.drafters import Draft
+from specchat.engine.drafters import GRAMMAR, Draft
 from specchat.engine.events import Chunk, Finished
 from specchat.engine.logprobs import token_logprob
-from specchat.engine.loop import Hooks, generate
 from specchat.engine.options import GenerationOptions, OptionError, SamplingOptions
-from specchat.engine.policy import GuidedPolicy
+from specchat.engine.policy import GuidedPolicy, Step
 from specchat.engine.sampling import biased, greedy_token
 from specchat.engine.text import TextStream
 from tests.support.fakegrammar import FakeGrammar
@@ -97,10 +97,10 @@ def test_guided_policy_drafts_forced_tokens_and_cuts_forbidden_ones() -> None:
         def propose(self, context: object, limit: int, rng: object) -> Draft:
             return Draft((2, 1, 5, 1), None)
 
-        def observe(self, drafted: int, accepted: int, **kw: float) -> None:
-            self.asked.append((drafted, accepted))
+        def observe(self, step: Step) -> None:
+            self.asked.append((step.drafted, step.accepted))
 
-        def rollback(self, context: object) -> None: ...
+        def committed(self, context: object) -> None: ...
 
         def reset(self, context: object) -> None: ...
 
@@ -109,10 +109,10 @@ def test_guided_policy_drafts_forced_tokens_and_cuts_forbidden_ones() -> None:
     policy = GuidedPolicy(inner, g)
     rng = np.random.default_rng(0)
     assert policy.propose([], 8, rng).tokens == (2, 1)  # 5 is forbidden after 2, 1
-    policy.observe(2, 1)
+    policy.observe(Step(2, 1, "", 0.0, 0.0))
     g.advance([1])
     assert policy.propose([], 8, rng).tokens == (3, 4)  # forced: the inner policy is not asked
-    policy.observe(2, 2)
+    policy.observe(Step(2, 2, GRAMMAR, 0.0, 0.0))
     assert inner.asked == [(2, 1)]
 
 

@@ -17,11 +17,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from specchat.engine import loop
+from specchat.engine import build
+from specchat.engine.build import Hooks
 from specchat.engine.constraint import ConstraintError, StepMasks
 from specchat.engine.drafters import DraftModelDrafter
 from specchat.engine.events import Finished
-from specchat.engine.loop import Hooks
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from tests.engine.test_acceptance_exact import (  # noqa: F401 - memoized_warps is an autouse fixture
     ALL_WARPS,
@@ -71,7 +71,7 @@ def draw(target: FakeModel, options: GenerationOptions, draft: FakeModel | None 
         opts = dataclasses.replace(
             options, sampling=dataclasses.replace(options.sampling, seed=i))
         g = grammar()
-        *_, fin = loop.generate(target, PROMPT, opts, draft=draft, hooks=Hooks(constraint=g))
+        *_, fin = build.generate(target, PROMPT, opts, draft=draft, hooks=Hooks(constraint=g))
         assert isinstance(fin, Finished) and fin.reason == "length"
         assert g.states[1:] and len(g.states) == LENGTH + 1  # it followed the answer
         result.counts[fin.tokens] += 1
@@ -144,7 +144,8 @@ def fails(target: FakeModel, options: GenerationOptions, draft: FakeModel | None
 def test_negative_control_masking_only_p_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     target = FakeModel(N_VOCAB, seed=32)
     draft = FakeModel(N_VOCAB, seed=33)
-    monkeypatch.setattr(loop, "make_drafter", lambda o, t, d: UnmaskedDrafter(d, o.sampling))
+    monkeypatch.setattr(build, "make_drafter",
+                        lambda o, t, d, c=None: UnmaskedDrafter(d, o.sampling))
     why = fails(target, options(PLAIN, "draft"), draft=draft)
     print(f"negative control: {why}")
     assert why.startswith("chi-square")  # grammatical, but the wrong distribution
@@ -175,7 +176,7 @@ def test_greedy_under_a_grammar_equals_plain_constrained_decoding(spec: str) -> 
                 draft: FakeModel = draft) -> tuple[int, ...]:
             g = grammar()
             opts = GenerationOptions(max_tokens=24, spec=mode, draft_max=4)
-            *_, fin = loop.generate(target, prompt, opts, draft=draft,
+            *_, fin = build.generate(target, prompt, opts, draft=draft,
                                     hooks=Hooks(constraint=g))
             assert isinstance(fin, Finished) and g.sequences_allowed(fin.tokens)
             return fin.tokens

@@ -113,7 +113,7 @@ def test_draft_model_reuses_its_cache_and_cuts_back_after_a_rejection() -> None:
     assert model.evaluated == 5 + 1 + 3  # the last prompt token, then d1..d3 (d4 never)
     # Two drafts accepted, then a correction that differs from d3.
     ctx = [*ctx, d[0], d[1], (d[2] + 1) % 8]
-    drafter.rollback(ctx)
+    drafter.committed(ctx)
     assert list(model.tokens) == ctx[:-1]  # d3 cut away; d1, d2 kept
     before = model.evaluated
     drafter.propose(ctx, 2, rng)
@@ -121,7 +121,7 @@ def test_draft_model_reuses_its_cache_and_cuts_back_after_a_rejection() -> None:
     # Everything accepted plus a bonus: d_k and the bonus are the only unseen tokens.
     d = drafter.propose(ctx, 3, rng).tokens
     ctx = [*ctx, *d, 0]
-    drafter.rollback(ctx)
+    drafter.committed(ctx)
     before = model.evaluated
     drafter.propose(ctx, 1, rng)
     assert model.evaluated - before == 2

@@ -15,10 +15,10 @@ import pytest
 from specchat.bench.profiles import CostProfile
 from specchat.engine import auto as auto_module
 from specchat.engine.auto import AutoPolicy, AutoState
+from specchat.engine.build import Hooks, generate
 from specchat.engine.drafters import Draft, DraftModelDrafter
 from specchat.engine.draftlength import DraftLength, confidence_bucket, longest_useful
 from specchat.engine.events import Finished
-from specchat.engine.loop import Hooks, generate
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.sampling import probs, recent_window, top_probability
 from tests.bench.test_priced_replay import cpu_profile, gpu_profile
@@ -58,16 +58,17 @@ def test_the_draft_stops_where_its_policy_says_and_reports_its_confidence() -> N
         seen.append((n, confidence))
         return n == 2
 
-    drafter.stop = stop
-    out = drafter.propose(context, 5, np.random.default_rng(0))
+    scored = drafter.scored(context, 5, np.random.default_rng(0), stop)
+    out = scored.draft
     assert len(out.tokens) == 2 and [n for n, _ in seen] == [1, 2]
     expected = [top_probability(draft.logits_for([*context, *out.tokens[:i]]))
                 for i in range(2)]
-    assert drafter.confidence == pytest.approx(expected)
+    assert list(scored.confidence) == pytest.approx(expected)
     assert [c for _, c in seen] == pytest.approx(expected)
-    drafter.stop = None  # without a rule the draft runs to k, and nothing is computed
-    assert len(drafter.propose([*context, *out.tokens], 3, np.random.default_rng(0)).tokens) == 3
-    assert drafter.confidence == [1.0, 1.0, 1.0]
+    # Without a rule the draft runs to k, and nothing is computed.
+    scored = drafter.scored([*context, *out.tokens], 3, np.random.default_rng(0))
+    assert len(scored.draft.tokens) == 3
+    assert list(scored.confidence) == [1.0, 1.0, 1.0]
 
 
 def linear(extra: float) -> Any:

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from specchat.engine.build import generate
 from specchat.engine.events import Finished
-from specchat.engine.loop import generate
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.sampling import probs
 from specchat.llm import ChatTemplate, chat_tokens

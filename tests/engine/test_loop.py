@@ -8,11 +8,18 @@ from typing import Any
 import numpy as np
 import pytest
 
+from specchat.engine.build import Hooks, generate, make_drafter
+from specchat.engine.cost import CostTable
 from specchat.engine.events import Chunk, Event, Finished
-from specchat.engine.loop import generate, make_drafter
 from specchat.engine.options import GenerationOptions, SamplingOptions
-from specchat.engine.policy import Adaptive
+from specchat.engine.policy import Adaptive, Step
 from tests.support.fakes import FakeModel
+
+
+def step(drafted: int, accepted: int) -> Step:
+    """A step record with only what a policy learns from."""
+    return Step(drafted, accepted, "", 0.0, 0.0)
+
 
 PROMPT = [1, 2, 3, 4, 1, 2, 3, 5, 1, 2]
 
@@ -258,13 +265,29 @@ def test_ngram_drafts_the_match_and_adaptive_k_grows_and_shrinks() -> None:
     assert ngram.propose(prompt, 4, rng).tokens == (3, 4, 5, 6)
     k = Adaptive(ngram, 16)
     assert k.k == 4 and k.propose(prompt, 16, rng).tokens == (3, 4, 5, 6)
-    k.observe(4, 4)
+    k.observe(step(4, 4))
     assert k.k == 8
-    k.observe(8, 8)
-    k.observe(16, 16)
+    k.observe(step(8, 8))
+    k.observe(step(16, 16))
     assert k.k == 16
     assert len(k.propose(prompt, 2, rng).tokens) == 2  # the loop's limit comes first
-    k.observe(16, 2)
+    k.observe(step(16, 2))
     assert k.k == 3
-    k.observe(0, 0)  # nothing drafted: no evidence
+    k.observe(step(0, 0))  # nothing drafted: no evidence
     assert k.k == 3
+
+
+def test_every_step_hands_one_record_to_the_policy_the_listener_and_the_costs() -> None:
+    """The policy and the step listener hear the same record of every step, and the lent
+    cost table learns from its verify time, in a mode without `auto` too."""
+    heard: list[Step] = []
+    ticks = iter(range(10_000))
+    costs = CostTable([1.0] * 17)
+    hooks = Hooks(clock=lambda: float(next(ticks)), on_step=heard.append, costs=costs)
+    fin = finish(list(generate(FakeModel(8, seed=5), PROMPT, opts("ngram", k=4), hooks=hooks)))
+    assert len(heard) == fin.stats.steps
+    assert sum(s.drafted for s in heard) == fin.stats.drafted
+    assert sum(s.accepted for s in heard) == fin.stats.accepted
+    assert {s.source for s in heard if s.drafted} == {"ngram"}
+    assert all(s.verify_seconds == 1.0 and s.draft_seconds == 1.0 for s in heard)
+    assert costs.samples and fin.stats.plain_step_seconds == costs.cost(1)

@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from specchat.engine import drafters, loop
+from specchat.engine import build, drafters, loop
 from specchat.engine.acceptance import accept_sampled
 from specchat.engine.auto import AutoState
+from specchat.engine.build import Hooks
 from specchat.engine.cost import CostTable
 from specchat.engine.drafters import DraftModelDrafter
 from specchat.engine.events import Finished
-from specchat.engine.loop import Hooks
 from specchat.engine.options import SamplingOptions
 from specchat.engine.padding import pad_row, shared_logits
 from specchat.engine.sampling import sample
@@ -110,7 +110,7 @@ def test_auto_drafts_with_a_padded_pair_and_stays_exact() -> None:
     for seed in range(8000):
         state = cheap_draft_state()
         sampled = dataclasses.replace(opts, sampling=dataclasses.replace(PLAIN, seed=seed))
-        *_, fin = loop.generate(target, PROMPT, sampled, draft=draft, hooks=Hooks(auto=state))
+        *_, fin = build.generate(target, PROMPT, sampled, draft=draft, hooks=Hooks(auto=state))
         assert isinstance(fin, Finished)
         result.counts[fin.tokens] += 1
         decisions += state.decisions["draft"]
@@ -180,8 +180,8 @@ class CutAfterWarp(DraftModelDrafter):
 
 def test_negative_control_cutting_after_warping_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     target, draft = pair("draft")
-    monkeypatch.setattr(loop, "make_drafter",
-                        lambda o, t, d: CutAfterWarp(d, o.sampling, t.n_vocab))
+    monkeypatch.setattr(build, "make_drafter",
+                        lambda o, t, d, c=None: CutAfterWarp(d, o.sampling, t.n_vocab))
     result = draw(target, options(PLAIN, "draft"), draft=draft)
     p = chi2_pvalue(result.counts, exact_sequences(target, PROMPT, PLAIN))
     print(f"negative control: p={p:.3g}")

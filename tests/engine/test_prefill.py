@@ -8,9 +8,9 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
+from specchat.engine.build import Hooks, generate
 from specchat.engine.drafters import PREFILL_CHUNK, fill_cache
 from specchat.engine.events import Finished, Progress
-from specchat.engine.loop import Hooks, generate
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.stats import Stats
 from specchat.term.progress import PrefillProgress, progress_text

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 
+from specchat.engine.build import Hooks, generate
 from specchat.engine.events import Finished
-from specchat.engine.loop import Hooks, generate
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.stats import Stats, StatsBuilder
 from tests.support.fakes import FakeModel

@@ -15,8 +15,8 @@ import jsonschema
 import pytest
 
 from specchat.backend.structured import with_format_note
+from specchat.engine.build import Hooks, generate
 from specchat.engine.events import Finished
-from specchat.engine.loop import Hooks, generate
 from specchat.engine.options import GenerationOptions, Structure
 from specchat.llm import ChatTemplate, chat_tokens
 from tests.engine.test_engine_real import PROMPTS, assert_near_tie, first_divergence

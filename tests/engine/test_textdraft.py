@@ -16,11 +16,11 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from specchat.engine import loop
+from specchat.engine import build, loop
 from specchat.engine.auto import AutoPolicy, AutoState
+from specchat.engine.build import Hooks
 from specchat.engine.cost import CostTable
 from specchat.engine.events import Finished
-from specchat.engine.loop import Hooks
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.textdraft import (
     MARK_AFTER,
@@ -52,7 +52,7 @@ GREEDY = SamplingOptions(temperature=0.0)
 def answer(options: GenerationOptions, prompt: Sequence[int] = PROMPT, *, seed: int = 5,
            draft_seed: int | None = None, auto: AutoState | None = None) -> Finished:
     target, draft, tv, dv = pair(seed, draft_seed)
-    *_, fin = loop.generate(target, prompt, options, draft=draft,
+    *_, fin = build.generate(target, prompt, options, draft=draft,
                             hooks=Hooks(auto=auto, vocabs=TextVocabs(tv, dv)))
     assert isinstance(fin, Finished)
     return fin
@@ -97,7 +97,7 @@ def draw(options: GenerationOptions, n: int = N_DRAWS, auto: bool = False) -> Dr
         o = dataclasses.replace(options, sampling=dataclasses.replace(options.sampling,
                                                                       seed=i))
         hooks = Hooks(vocabs=TextVocabs(tv, dv), auto=cheap_draft_state() if auto else None)
-        *_, fin = loop.generate(target, PROMPT, o, draft=draft, hooks=hooks)
+        *_, fin = build.generate(target, PROMPT, o, draft=draft, hooks=hooks)
         assert isinstance(fin, Finished) and fin.reason == "length"
         result.counts[fin.tokens] += 1
         result.drafted += fin.stats.drafted
@@ -154,10 +154,11 @@ def test_the_contexts_text_keeps_a_tokenizers_own_prefix_off_the_draft() -> None
 def test_the_last_token_is_dropped_while_more_text_could_change_it() -> None:
     target, draft, tv, dv = pair()
     drafter = TextDrafter(draft, TextVocabs(tv, dv))
-    d = drafter.propose(PROMPT, 16, np.random.default_rng(0))
+    scored = drafter.scored(PROMPT, 16, np.random.default_rng(0))
+    d = scored.draft
     full = continuation(tv, b"ab ca", _greedy_text(draft, dv, PROMPT, 2 * 16 + 4))
     assert 0 < len(d.tokens) < len(full) and list(d.tokens) == full[: len(d.tokens)]
-    assert len(drafter.confidence) == len(d.tokens)
+    assert len(scored.confidence) == len(d.tokens)
 
 
 def _greedy_text(draft: object, dv: FakeTextVocab, prompt: Sequence[int], n: int) -> bytes:
@@ -298,8 +299,8 @@ def test_a_text_draft_reports_the_evals_its_proposal_cost() -> None:
     drafter = TextDrafter(draft, TextVocabs(tv, dv))
     drafter.prepare(PROMPT)
     calls = _counting(draft)
-    d = drafter.propose(PROMPT, 4, np.random.default_rng(0))
-    assert drafter.evals == calls[0] > len(d.tokens) > 0  # it writes past what it proposes
+    scored = drafter.scored(PROMPT, 4, np.random.default_rng(0))
+    assert scored.evals == calls[0] > len(scored.draft.tokens) > 0  # it writes past its proposal
 
 
 def _policy(drafter: TextDrafter | None, draft: FakeModel, state: AutoState) -> AutoPolicy:
@@ -329,7 +330,7 @@ def test_auto_learns_a_text_drafts_evals_per_proposed_token() -> None:
     state = cheap_draft_state()
     state.text_evals_per_token = 1.0
     calls = _counting(draft)
-    *_, fin = loop.generate(target, PROMPT, opts(GREEDY, "auto", n=40), draft=draft,
+    *_, fin = build.generate(target, PROMPT, opts(GREEDY, "auto", n=40), draft=draft,
                             hooks=Hooks(auto=state, vocabs=TextVocabs(tv, dv)))
     assert isinstance(fin, Finished) and state.decisions["draft"] > 0 and calls[0] > 0
     assert state.text_evals_per_token > 1.1  # each proposal took more evals than tokens

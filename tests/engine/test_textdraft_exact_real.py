@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specchat.engine import acceptance, loop
+from specchat.engine import acceptance, build, loop
+from specchat.engine.build import Hooks
 from specchat.engine.drafters import fill_cache
 from specchat.engine.events import Finished
-from specchat.engine.loop import Hooks
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.protocol import ContextFullError
 from specchat.engine.textdraft import TextVocabs
@@ -140,7 +140,7 @@ def draw(pair: Setup, n: int = N_DRAWS) -> Draws:
     for seed in range(n):
         options = GenerationOptions(sampling=dataclasses.replace(WARPS, seed=seed),
                                     max_tokens=3, spec="draft", draft_max=2)
-        *_, fin = loop.generate(pair.target, pair.prompt, options, draft=pair.draft,
+        *_, fin = build.generate(pair.target, pair.prompt, options, draft=pair.draft,
                                 hooks=Hooks(vocabs=pair.vocabs))
         assert isinstance(fin, Finished) and fin.reason in ("length", "eog")
         result.counts[fin.tokens] += 1

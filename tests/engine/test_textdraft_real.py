@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from specchat.engine.build import Hooks, generate
 from specchat.engine.events import Finished
-from specchat.engine.loop import Hooks, generate
 from specchat.engine.options import GenerationOptions
 from specchat.engine.textdraft import TextVocabs
 from specchat.llm import compatibility_problems, load_model

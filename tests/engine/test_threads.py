@@ -118,8 +118,8 @@ def test_one_thread_machines_are_left_alone() -> None:
 
 
 def test_the_decode_loop_reports_every_verify_to_the_governor() -> None:
+    from specchat.engine.build import Hooks, generate
     from specchat.engine.events import Finished
-    from specchat.engine.loop import Hooks, generate
     from specchat.engine.options import GenerationOptions, SamplingOptions
     from tests.engine.test_stats import TimedModel
 
@@ -130,6 +130,7 @@ def test_the_decode_loop_reports_every_verify_to_the_governor() -> None:
     g = ThreadGovernor(2, [calls.append], reference=0.125)
     options = GenerationOptions(sampling=SamplingOptions(temperature=0.0), max_tokens=40,
                                 spec="off")
-    *_, fin = generate(target, [1, 2, 3, 4], options, hooks=Hooks(clock=lambda: now[0], governor=g))
+    hooks = Hooks(clock=lambda: now[0], on_step=g.step_listener(None))
+    *_, fin = generate(target, [1, 2, 3, 4], options, hooks=hooks)
     assert isinstance(fin, Finished)
     assert calls[:1] == [1]  # every step took 1.25 ticks: one thread was tried

@@ -21,10 +21,12 @@ from scipy.stats import chisquare
 
 from specchat.engine import loop
 from specchat.engine import tree as tree_module
+from specchat.engine.build import Hooks
 from specchat.engine.drafters import EMPTY_DRAFT, Draft
 from specchat.engine.events import Finished
 from specchat.engine.loop import generate_with
 from specchat.engine.options import GenerationOptions, SamplingOptions
+from specchat.engine.policy import Step
 from specchat.engine.sampling import probs, sample
 from specchat.engine.tree import TreeDraft, accept_candidates
 from tests.engine.test_acceptance_exact import (
@@ -89,9 +91,8 @@ class TopTree:
         return TreeDraft(tuple(tokens), tuple(parents), "test") if tokens else EMPTY_DRAFT
 
     def prepare(self, context: Sequence[int]) -> None: ...
-    def observe(self, drafted: int, accepted: int, *, draft_seconds: float = 0.0,
-                verify_seconds: float = 0.0) -> None: ...
-    def rollback(self, context: Sequence[int]) -> None: ...
+    def observe(self, step: Step) -> None: ...
+    def committed(self, context: Sequence[int]) -> None: ...
     def reset(self, context: Sequence[int]) -> None: ...
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from specchat.engine.loop import Hooks, generate
+from specchat.engine.build import Hooks, generate
 from specchat.engine.options import GenerationOptions, SamplingOptions, Structure
 from specchat.engine.sampling import NoTokenLeft
 from specchat.llm.lark import GrammarError

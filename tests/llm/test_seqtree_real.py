@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specchat.engine.build import Hooks, generate
 from specchat.engine.events import Finished
-from specchat.engine.loop import Hooks, generate
 from specchat.engine.options import GenerationOptions
 from specchat.engine.protocol import TreeModel
 from specchat.engine.suffix import Segment, SuffixIndex
@@ -139,9 +139,9 @@ def test_greedy_answers_with_tree_drafts_from_a_store_equal_plain_ones(
                                            learn=False))
     model.truncate(0)
     *_, fin = generate(model, prompt, opts.with_values(spec="auto"),
-                       hooks=Hooks(auto=gpu, history=store))
+                       hooks=Hooks(auto=gpu, store=store))
     assert isinstance(fin, Finished) and list(fin.tokens) == answer
-    assert fin.stats.to_dict()["sources"]["history"]["accepted"] > 0
+    assert fin.stats.to_dict()["sources"]["store"]["accepted"] > 0
     assert consistent(model)
 
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from specchat.backend.structured import ModelGuides, with_format_note
+from specchat.engine.build import Hooks, generate
 from specchat.engine.constraint import Constraint
 from specchat.engine.events import Finished
-from specchat.engine.loop import Hooks, generate
 from specchat.engine.options import GenerationOptions, Structure
 from specchat.errors import UsageError
 from specchat.llm.template import ChatTemplate

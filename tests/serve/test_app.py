@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from specchat.engine.build import generate
 from specchat.engine.events import Chunk, Finished
-from specchat.engine.loop import generate
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.serve.app import ServeConfig, create_app, model_aliases
 from specchat.serve.worker import READY, Done, Job, Worker

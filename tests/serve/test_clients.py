@@ -40,7 +40,7 @@ def ask(server: Server, key: str, text: str, **fields: object) -> dict[str, Any]
 
 def history(usage: dict[str, Any]) -> int:
     """Tokens drafted from the drafting store for this answer."""
-    return int(usage["speculative"]["sources"].get("history", {}).get("drafted", 0))
+    return int(usage["speculative"]["sources"].get("store", {}).get("drafted", 0))
 
 
 def owner_records(home: Path) -> int:

@@ -352,7 +352,7 @@ def test_two_api_keys_draft_apart_and_leave_the_owners_store_alone(
             usages.append(reply.json()["usage"])
     finally:
         stop(server)
-    drafted = [u["speculative"]["sources"].get("history", {}).get("drafted", 0)
+    drafted = [u["speculative"]["sources"].get("store", {}).get("drafted", 0)
                for u in usages]
     assert drafted[0] == 0 and drafted[1] > 0 and drafted[2] == 0
     assert usages[2]["prompt_tokens_details"]["cached_tokens"] == 0  # not Alice's prompt

@@ -1,4 +1,4 @@
-"""Drafts from what was written before: the store of earlier prompts and answers.
+"""The `store` drafter: drafts from the drafting store of earlier prompts and answers.
 
 Each step the context's suffix is looked up in the store (engine/suffix.py); what followed
 its occurrences becomes a trie of candidates (engine.suffix.CandidateTree), every node with
@@ -12,11 +12,13 @@ nothing: the candidates are a function of the context, so the tokens the target 
 commits score every candidate of the last lookup, drafted or not (the same argument as
 auto's shadow scoring of lookups).
 
-From the calibrated nodes the plan takes the subtree that maximises expected tokens per
+From the calibrated nodes `propose` takes the subtree that maximises expected tokens per
 second on the cost table: nodes by the probability of reaching them, one at a time, as long
 as tokens per second grow (a chain where the target verifies chains only, or where one
 branch is best). On a CPU, where every verified token costs most of a step, that is a short
-chain from long, consistent matches; priced like a GPU, a wide tree.
+chain from long, consistent matches; priced like a GPU, a wide tree. The draft carries what
+it is expected to yield (Draft.expected_speedup), which `auto` weighs against its other
+drafters; an empty draft when nothing is expected to beat a plain step.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specchat.engine.cost import AcceptanceModel, CostTable
-from specchat.engine.drafters import HISTORY, PROMPT, Draft
+from specchat.engine.drafters import EMPTY_DRAFT, NGRAM, STORE, Draft
 from specchat.engine.suffix import (
     CandidateTree,
     ContextIndex,
@@ -53,7 +55,7 @@ CONTESTED_ONE, CONTESTED_MORE, SOLE_ONE, SOLE_TWO, SOLE_MORE = range(5)
 # P(the target writes the node's token | it wrote the parent's), before observations, by
 # length bucket and support class: the built-in sessions' lookups (docs/drafting.md),
 # rounded down. Refined by what each process observes (and kept across processes).
-HISTORY_PRIORS = (
+STORE_PRIORS = (
     (0.12, 0.20, 0.55, 0.80, 0.85),
     (0.08, 0.15, 0.62, 0.82, 0.92),
     (0.10, 0.20, 0.68, 0.72, 0.92),
@@ -79,17 +81,8 @@ def support_class(tree: CandidateTree) -> np.ndarray:
                                                         CONTESTED_ONE))
 
 
-def history_prior(bucket: int, support: int) -> float:
-    return HISTORY_PRIORS[bucket][support]
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What the history would draft this step, and what auto may expect of it."""
-
-    draft: Draft | TreeDraft
-    expected_speedup: float  # E(tokens)/T over a plain step's 1/T(0)
-    depth: int  # the deepest drafted node
+def store_prior(bucket: int, support: int) -> float:
+    return STORE_PRIORS[bucket][support]
 
 
 @dataclass
@@ -106,13 +99,17 @@ class _Shadow:
 Models = Callable[[Hashable], AcceptanceModel]
 
 
-class HistoryDrafter:
-    """Plans drafts from a SuffixIndex over the store (see the module docstring)."""
+class StoreDrafter:
+    """Drafts from a SuffixIndex over the drafting store and the context's own index (see
+    the module docstring): a drafters.Drafter that prices its drafts on `costs`."""
 
-    def __init__(self, index: SuffixIndex, models: Models, branches: int = 1) -> None:
+    def __init__(self, index: SuffixIndex, models: Models, costs: CostTable,
+                 branches: int = 1, clock: Callable[[], float] = time.perf_counter) -> None:
         self.index = index
         self.context = ContextIndex(index.n_vocab, index.k)
         self.models = models
+        self.costs = costs
+        self.clock = clock
         self.branches = max(1, branches)
         self._shadow: _Shadow | None = None
         self.lookup_seconds = 0.0  # running mean of one plan's cost, charged to drafting
@@ -124,36 +121,43 @@ class HistoryDrafter:
 
     @staticmethod
     def key(bucket: int, support: int) -> tuple[str, int, int]:
-        return ("history", int(bucket), int(support))
+        return (STORE, int(bucket), int(support))
 
     def rates(self) -> np.ndarray:
         """The calibrated acceptance of every (length bucket, support class)."""
         if self._rates is None:
             self._rates = np.array([[self.models(self.key(b, s)).rate(1)
-                                     for s in range(len(HISTORY_PRIORS[0]))]
-                                    for b in range(len(HISTORY_PRIORS))])
+                                     for s in range(len(STORE_PRIORS[0]))]
+                                    for b in range(len(STORE_PRIORS))])
             self._stale.clear()
         for b, s in self._stale:
             self._rates[b, s] = self.models(self.key(b, s)).rate(1)
         self._stale.clear()
         return self._rates
 
-    def plan(self, context: Sequence[int], limit: int, costs: CostTable,
-             overhead: float = 0.0, clock: Callable[[], float] = time.perf_counter
-             ) -> Plan | None:
-        """The best draft from the store at most `limit` deep, or None (no match, or no
-        draft expected to beat a plain step)."""
-        start = clock()
+    def prepare(self, context: Sequence[int]) -> None:
+        return None  # the context is indexed as it is drafted from
+
+    def propose(self, context: Sequence[int], k: int,
+                rng: np.random.Generator | None = None) -> Draft | TreeDraft:
+        """The best draft from the store at most `k` deep with its expected speedup; empty
+        when nothing matches or no draft is expected to beat a plain step."""
+        start = self.clock()
         self.observe(context)
         found = self._candidates(context)
-        plan = None
-        if found is not None and limit > 0:
+        draft: Draft | TreeDraft = EMPTY_DRAFT
+        if found is not None and k > 0:
             self._shadow, reach = found
-            tree = self._shadow.tree
-            seconds = overhead + self.lookup_seconds
-            plan = _best_subtree(tree, reach, costs, seconds, limit, self.branches)
-        self.lookup_seconds += 0.1 * ((clock() - start) - self.lookup_seconds)
-        return plan
+            draft = _best_subtree(self._shadow.tree, reach, self.costs, self.lookup_seconds,
+                                  k, self.branches)
+        self.lookup_seconds += 0.1 * ((self.clock() - start) - self.lookup_seconds)
+        return draft
+
+    def committed(self, context: Sequence[int]) -> None:
+        return None  # the next propose scores the last candidates against `context`
+
+    def reset(self, context: Sequence[int]) -> None:
+        return None
 
     @property
     def last_candidates(self) -> tuple[CandidateTree, np.ndarray, np.ndarray] | None:
@@ -258,15 +262,16 @@ def _reach(tree: CandidateTree, rates: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def _best_subtree(tree: CandidateTree, reach: np.ndarray, costs: CostTable,
-                  overhead: float, limit: int, branches: int) -> Plan | None:
+                  lookup_seconds: float, limit: int, branches: int) -> Draft | TreeDraft:
     """Nodes in order of reach, within `limit` depth and `branches` leaves, for as long as
-    expected tokens per second keep the best value seen; None when a plain step is best."""
+    expected tokens per second keep the best value seen (every step pays `lookup_seconds`
+    for it); empty when a plain step is best."""
     order = np.lexsort((tree.depth, -reach))[: MAX_NODES + 16]
     order = order[reach[order] >= MIN_REACH].tolist()
     # Plain lists: the loop reads one node at a time, and numpy scalars cost more than it.
     parent, depth, p = tree.parent.tolist(), tree.depth.tolist(), reach.tolist()
     price = costs.costs(min(len(order), MAX_NODES) + 1)
-    plain = 1.0 / (price[0] + overhead)
+    plain = 1.0 / (price[0] + lookup_seconds)
     taken: list[int] = []
     chosen: set[int] = set()
     has_kids: set[int] = set()  # -1 once a child of the root is taken
@@ -284,18 +289,18 @@ def _best_subtree(tree: CandidateTree, reach: np.ndarray, costs: CostTable,
         taken.append(i)
         chosen.add(i)
         tokens += p[i]
-        gain = tokens / (price[len(taken)] + overhead) / plain
+        gain = tokens / (price[len(taken)] + lookup_seconds) / plain
         if gain > best:
             best, best_n = gain, len(taken)
         if len(taken) >= MAX_NODES:
             break
     if best_n == 0:
-        return None
-    return Plan(_as_draft(tree, taken[:best_n], reach), best,
-                max(depth[i] for i in taken[:best_n]))
+        return EMPTY_DRAFT
+    return _as_draft(tree, taken[:best_n], reach, best)
 
 
-def _as_draft(tree: CandidateTree, nodes: list[int], reach: np.ndarray) -> Draft | TreeDraft:
+def _as_draft(tree: CandidateTree, nodes: list[int], reach: np.ndarray,
+              expected_speedup: float) -> Draft | TreeDraft:
     """The chosen nodes depth first, most likely child first (so that when the likeliest
     branch wins, the cache ends up laid out exactly as after a chain: llm/seqtree.py)."""
     kept = set(nodes)
@@ -314,7 +319,7 @@ def _as_draft(tree: CandidateTree, nodes: list[int], reach: np.ndarray) -> Draft
         below = [c for c in kids.get(node, []) if c in kept]
         stack.extend((c, row) for c in sorted(below, key=p.__getitem__))
     # Attributed to the store when any drafted node was seen there (else: this answer).
-    source = HISTORY if tree.marked[0][nodes].any() else PROMPT
+    source = STORE if tree.marked[0][nodes].any() else NGRAM
     if all(p == i - 1 for i, p in enumerate(parents)):
-        return Draft(tuple(tokens), None, source)
-    return TreeDraft(tuple(tokens), tuple(parents), source)
+        return Draft(tuple(tokens), None, source, expected_speedup)
+    return TreeDraft(tuple(tokens), tuple(parents), source, expected_speedup)
