@@ -35,14 +35,14 @@ def child(model: str, n: int) -> None:
 
     from specchat.backend.loading import open_runtime
     from specchat.engine.events import Finished
-    from specchat.engine.options import GenerationOptions
+    from specchat.engine.options import GenerationOptions, Spec
     from specchat.settings.load import LoadSettings
 
-    with open_runtime(LoadSettings(model=model, spec="off", quiet=True)) as rt:
+    with open_runtime(LoadSettings(model=model, spec=Spec.OFF, quiet=True)) as rt:
         tokens = rt.chat_tokens([{"role": "user", "content": PROMPT}])
         for max_tokens in (8, n):
             rt.target.truncate(0)
-            *_, fin = rt.stream(tokens, GenerationOptions(max_tokens=max_tokens, spec="off"))
+            *_, fin = rt.stream(tokens, GenerationOptions(max_tokens=max_tokens, spec=Spec.OFF))
         assert isinstance(fin, Finished)
         print(json.dumps({"generated": fin.stats.generated,
                           "seconds": fin.stats.decode_seconds}))

@@ -34,7 +34,7 @@ import llama_cpp
 from specchat.backend.loading import open_runtime
 from specchat.bench.interval import paired_ratio
 from specchat.engine.events import Finished
-from specchat.engine.options import GenerationOptions
+from specchat.engine.options import GenerationOptions, Spec
 from specchat.settings.load import LoadSettings
 
 CODE = "\n".join(f"def handler_{i}(request, store):\n    value = store.get(request.key_{i})\n"
@@ -94,7 +94,7 @@ def answer(rt: Any, log: DecodeLog, tokens: list[int], mode: str, n: int) -> dic
         rt.draft.truncate(0)
     log.calls.clear()
     c0 = time.thread_time()
-    *_, fin = rt.stream(tokens, GenerationOptions(max_tokens=n, spec=mode))
+    *_, fin = rt.stream(tokens, GenerationOptions(max_tokens=n, spec=Spec(mode)))
     end, cpu = time.perf_counter(), time.thread_time() - c0
     assert isinstance(fin, Finished)
     return split(log.calls, rt.target._ctx, end, cpu)
@@ -111,7 +111,7 @@ def main() -> int:
     log = DecodeLog()
     log.install()
     modes = args.spec_modes.split(",")
-    with open_runtime(LoadSettings(model=args.model, spec="auto", quiet=True)) as rt:
+    with open_runtime(LoadSettings(model=args.model, spec=Spec.AUTO, quiet=True)) as rt:
         tokens = rt.chat_tokens([{"role": "user", "content": PROMPT}])
         print(f"{args.model}: prompt {len(tokens)} tokens, load {os.getloadavg()[0]:.2f}",
               flush=True)
