@@ -40,7 +40,7 @@ from specchat.settings.load import LoadSettings
 CODE = "\n".join(f"def handler_{i}(request, store):\n    value = store.get(request.key_{i})\n"
                  f"    if value is None:\n        return {{'status': 404, 'id': {i}}}\n"
                  f"    return {{'status': 200, 'value': value, 'id': {i}}}\n"
-                 for i in range(12))
+                 for i in range(6))
 PROMPT = ("Rename the parameter `store` to `cache` in every function below and return the "
           "whole file, nothing else.\n\n" + CODE)
 
