@@ -36,10 +36,12 @@ class CpuShare:
 
     def active(self) -> int:
         """Specchat processes decoding now, this one included when it holds a slot."""
-        own = self._held[0] if self._held else None
+        own = self._name(self._held[0]) if self._held else None
         count = 0 if own is None else 1
-        for slot in range(SLOTS):
-            if slot != own and self._taken(slot):
+        # Asked every few decode steps: only the slot files that exist are tried (one
+        # directory read), not all SLOTS paths, most of which were never created.
+        for name in self._slot_files():
+            if name != own and self._taken(name):
                 count += 1
         return count
 
@@ -78,11 +80,20 @@ class CpuShare:
         with contextlib.suppress(OSError):
             os.close(fd)
 
-    def _taken(self, slot: int) -> bool:
-        """Whether another process holds this slot (a lock we can take is released at once)."""
+    def _slot_files(self) -> list[str]:
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return []  # no directory yet: nobody has used a slot
+        return [n for n in names if n in _SLOT_NAMES]
+
+    def _taken(self, name: str) -> bool:
+        """Whether another process holds this slot file (a lock we can take is released at
+        once)."""
         try:
             # Without blocking: a FIFO under a slot's name would wait for a writer for ever.
-            fd = os.open(self._path(slot), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(os.path.join(self.directory, name),
+                         os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return False  # never created: nobody has used it
         try:
@@ -98,4 +109,11 @@ class CpuShare:
         return False
 
     def _path(self, slot: int) -> Path:
-        return self.directory / f"slot-{slot}.lock"
+        return self.directory / self._name(slot)
+
+    @staticmethod
+    def _name(slot: int) -> str:
+        return f"slot-{slot}.lock"
+
+
+_SLOT_NAMES = frozenset(CpuShare._name(slot) for slot in range(SLOTS))

@@ -168,14 +168,15 @@ def _exact_meaning(exact: bool, flash_attn: str) -> str:
     if not exact:
         return "off: verify batches of any size; greedy answers equal --spec off's except " \
                "where two tokens tie within batched-vs-single float noise (--exact: token " \
-               "for token)"
+               "for token, at a cost)"
     if flash_attn == "off":
         return "asked for, but flash attention is pinned off, without which no batch is " \
                "exact: greedy answers may differ from --spec off at near-ties"
-    from specchat.llm.exact import EXACT_ROWS
+    from specchat.llm.exact import EXACT_PREFILL_COST, EXACT_ROWS
 
     return f"on for targets on the CPU (V cache bf16, at most {EXACT_ROWS} rows per greedy " \
-           "verify): greedy answers equal --spec off's; not applied to layers on a GPU"
+           "verify): greedy answers equal --spec off's; a long prompt's prefill takes about " \
+           f"{EXACT_PREFILL_COST:.1f}x as long as without; not applied to layers on a GPU"
 
 
 def _draft_store_rows() -> list[tuple[str, str]]:

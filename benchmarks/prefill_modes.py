@@ -1,0 +1,111 @@
+"""Cold time to first token of one long prompt: llama-cpp-python's `Llama` beside specchat's
+default and exact targets, interleaved in one process, with paired 95% intervals.
+
+    python benchmarks/prefill_modes.py [-m qwen2.5-coder-1.5b] [--tokens 3000] [--rounds 4]
+        [--threads 2] [--variants llama,llama-fa,default,exact]
+
+The prompt is specchat's own source in the chat template (benchmarks/prefill.py), the same
+token ids for every variant. `llama`: `Llama(...)` at its defaults (flash attention off),
+`llama-fa`: the same with flash_attn=True; each run is `reset()` then `eval(tokens)` (the
+prompt's logits, the last row). `default` / `exact`: load_model(exact=False/True) and the
+engine's chunked prefill plus the first step, from an empty cache (what `specchat ask
+--prompt-cache 0` does before its first token). The variants take turns in every round, the
+order rotating, so the machine's drift hits all alike. Prints every run, the median per
+variant, and each variant's time over the first one's with a paired bootstrap interval over
+rounds (specchat/bench/interval.py). Lives outside the package: it imports llama_cpp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import llama_cpp
+from prefill import messages_for  # benchmarks/prefill.py, beside this file
+
+from specchat.bench.interval import paired_ratio
+from specchat.engine.drafters import fill_cache
+from specchat.llm import ChatTemplate, chat_tokens, load_model
+from specchat.models import resolve_model
+
+Runner = Callable[[], float]
+
+
+def llama_runner(path: str, n_ctx: int, threads: int, tokens: list[int],
+                 flash_attn: bool) -> Runner:
+    llm = llama_cpp.Llama(path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                          n_gpu_layers=0, flash_attn=flash_attn, verbose=False)
+
+    def run() -> float:
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(tokens)
+        return time.perf_counter() - t0
+    return run
+
+
+def specchat_runner(path: str, n_ctx: int, threads: int, tokens: list[int],
+                    exact: bool) -> Runner:
+    model = load_model(path, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=0, exact=exact)
+    assert model.exact == exact, "the exact target did not load exact"
+
+    def run() -> float:
+        model.truncate(0)
+        t0 = time.perf_counter()
+        fill_cache(model, tokens[:-1])
+        model.eval(tokens[-1:], [-1])
+        return time.perf_counter() - t0
+    return run
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("-m", "--model", default="qwen2.5-coder-1.5b")
+    ap.add_argument("--tokens", type=int, default=3000)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--variants", default="llama,llama-fa,default,exact")
+    args = ap.parse_args()
+    path = str(resolve_model(args.model))
+    n_ctx = args.tokens + 1024
+    probe = load_model(path, n_ctx=512, n_threads=args.threads, n_gpu_layers=0)
+    template = ChatTemplate.from_model(probe)
+    messages = messages_for(args.tokens, lambda text: len(
+        chat_tokens(probe, template, [{"role": "user", "content": text}])))
+    tokens = chat_tokens(probe, template, messages)
+    probe.close()
+    makers: dict[str, Callable[[], Runner]] = {
+        "llama": lambda: llama_runner(path, n_ctx, args.threads, tokens, False),
+        "llama-fa": lambda: llama_runner(path, n_ctx, args.threads, tokens, True),
+        "default": lambda: specchat_runner(path, n_ctx, args.threads, tokens, False),
+        "exact": lambda: specchat_runner(path, n_ctx, args.threads, tokens, True),
+    }
+    names = args.variants.split(",")
+    runners = {name: makers[name]() for name in names}
+    times: dict[str, list[float]] = {name: [] for name in names}
+    print(f"prompt {len(tokens)} tokens, threads {args.threads}, "
+          f"load before {os.getloadavg()[0]:.2f}", flush=True)
+    for r in range(args.rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(runners[name]())
+            print(f"round {r + 1} {name}: {times[name][-1]:.2f}s "
+                  f"(load {os.getloadavg()[0]:.2f})", flush=True)
+    base = names[0]
+    for name in names:
+        # Seconds over the baseline's: the baseline's speed over this one's, paired by round.
+        interval = paired_ratio([(len(tokens), s) for s in times[base]],
+                                [(len(tokens), s) for s in times[name]])
+        ci = interval.text() if interval else "-"
+        ratio = f"{interval.ratio:.3f}" if interval else "-"
+        print(f"{name:9s} median {statistics.median(times[name]):7.2f}s  "
+              f"time / {base}'s {ratio} (95% {ci})  runs "
+              f"{', '.join(f'{s:.1f}' for s in times[name])}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
