@@ -35,10 +35,10 @@ from specchat.bench.replay import Setup, run_answer
 from specchat.bench.standins import PricedClock, Renumbered, StandIn, TablePrices
 from specchat.commands.benchreplay import BUILTIN_RECORDINGS, load_recording
 from specchat.engine.auto import AutoState
+from specchat.engine.build import Hooks, make_policy
 from specchat.engine.cost import CostTable, match_bucket
 from specchat.engine.drafters import NgramIndex
 from specchat.engine.events import Finished
-from specchat.engine.loop import Hooks, make_policy
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.policy import DraftPolicy
 

@@ -1,4 +1,6 @@
-"""What OpenMP's wait policy (threads spinning or sleeping between llama.cpp's graphs) does to
+"""What OpenMP's wait policy does to a real answer's decode speed (docs/performance.md).
+
+What OpenMP's wait policy (threads spinning or sleeping between llama.cpp's graphs) does to
 a real `--spec off` answer's decode speed: one script, a fresh process per run.
 
     python benchmarks/omp_wait.py [-m qwen2.5-coder-1.5b] [-n 64] [--rounds 4]

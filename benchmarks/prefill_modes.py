@@ -1,4 +1,6 @@
-"""Cold time to first token of one long prompt: llama-cpp-python's `Llama` beside specchat's
+"""Cold time to first token of a long prompt: llama-cpp-python beside specchat's modes (docs/performance.md).
+
+Cold time to first token of one long prompt: llama-cpp-python's `Llama` beside specchat's
 default and exact targets, interleaved in one process, with paired 95% intervals.
 
     python benchmarks/prefill_modes.py [-m qwen2.5-coder-1.5b] [--tokens 3000] [--rounds 4]

@@ -41,10 +41,9 @@ from specchat.bench.recording import Recorded
 from specchat.bench.replay import Setup, run_answer
 from specchat.bench.standins import PricedClock, Renumbered, TablePrices, TreeStandIn
 from specchat.engine.auto import AutoState
-from specchat.engine.build import Hooks, generate
+from specchat.engine.build import Hooks, make_policy
 from specchat.engine.cost import CostTable
 from specchat.engine.events import Finished
-from specchat.engine.build import Hooks, make_policy
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.policy import DraftPolicy
 from specchat.engine.storedraft import MATCH_BUCKETS, StoreDrafter

@@ -1,4 +1,6 @@
-"""Where a real answer's step time goes besides the target's llama_decode: Python between
+"""Where a real step's time goes besides the target's llama_decode (docs/performance.md).
+
+Where a real answer's step time goes besides the target's llama_decode: Python between
 calls, the draft model's calls, and plain steps in `auto` against `off`'s, in one process.
 
     python benchmarks/step_overhead.py [-m qwen2.5-coder-1.5b] [--spec-modes off,auto]

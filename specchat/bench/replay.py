@@ -24,11 +24,10 @@ from specchat.bench.profiles import CostProfile
 from specchat.bench.recording import Recorded, Recording
 from specchat.bench.standins import PricedClock, Renumbered, StandIn, stand_ins
 from specchat.engine.auto import AutoState
-from specchat.engine.build import Hooks, generate, make_drafter
+from specchat.engine.build import Hooks, make_drafter, make_policy
 from specchat.engine.drafters import EMPTY_DRAFT, Draft, Drafter
 from specchat.engine.events import Finished, drain
-from specchat.engine.build import Hooks, make_drafter, make_policy
-from specchat.engine.loop import generate_with
+from specchat.engine.loop import LoopHooks, generate_with
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.policy import DraftPolicy, Step
 from specchat.engine.protocol import LogitsModel
@@ -38,7 +37,7 @@ DRAFT_MAX = 16
 
 
 def run_answer(target: LogitsModel, prompt: Sequence[int], options: GenerationOptions,
-               policy: DraftPolicy, hooks: Hooks, answer: Sequence[int],
+               policy: DraftPolicy, hooks: LoopHooks, answer: Sequence[int],
                what: str) -> Finished:
     """Run `policy` through the engine's own loop and return its Finished; a replay that does
     not commit the recorded `answer` is a RuntimeError (exactness broke, or the stand-ins

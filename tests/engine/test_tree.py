@@ -21,7 +21,6 @@ from scipy.stats import chisquare
 
 from specchat.engine import loop
 from specchat.engine import tree as tree_module
-from specchat.engine.build import Hooks
 from specchat.engine.drafters import EMPTY_DRAFT, Draft
 from specchat.engine.events import Finished
 from specchat.engine.loop import generate_with

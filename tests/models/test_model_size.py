@@ -22,9 +22,8 @@ from tests.support.wheelfactory import isolate, mirror_preset_toml
 def cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """A 'fake' preset whose verified file and sidecar are in the cache."""
     home = isolate(monkeypatch, tmp_path)
-from specchat.models import cache, load_presets, preset_present, resolve
-from tests.models.test_download import PAYLOAD, write_presets
-from tests.support.wheelfactory import isolate, mirror_preset_toml
+    write_presets(home, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2))
+    path = cache.model_path(load_presets()["fake"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(PAYLOAD)
     cache.write_sidecar(path, hashlib.sha256(PAYLOAD).hexdigest())

@@ -14,12 +14,12 @@ from specchat.bench import recording as rec
 from specchat.bench.oracle import oracle_policy
 from specchat.bench.replay import Setup, run_answer
 from specchat.bench.standins import PricedClock, Renumbered, TablePrices, TreeStandIn
+from specchat.engine.build import Hooks
 from specchat.engine.cost import CostTable
-from specchat.engine.loop import Hooks
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.policy import Plain
 from specchat.errors import UsageError
-from tests.test_priced_replay import EOG, gpu_profile
+from tests.bench.test_priced_replay import EOG, gpu_profile
 
 PROMPT = [1, 2, 3, 4]
 ANSWER = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, EOG]

@@ -14,7 +14,7 @@ import pytest
 
 from specchat import fileio
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bounded() -> None:
