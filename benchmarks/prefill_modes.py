@@ -1,4 +1,4 @@
-"""Cold first-token time of a long prompt: llama-cpp-python beside specchat's modes (docs/performance.md).
+"""Cold first-token time of a long prompt beside llama-cpp-python's (docs/performance.md).
 
 Cold time to first token of one long prompt: llama-cpp-python's `Llama` beside specchat's
 default and exact targets, interleaved in one process, with paired 95% intervals.
