@@ -24,8 +24,9 @@ and then written by `logging`.
   never deleted (a process waiting on a deleted lock would hold a lock nobody else sees).
 - Reads of the user's files are bounded: `read_limited` refuses devices (and FIFOs, unless
   asked to take pipes) and stops at a size limit, so /dev/zero or a FIFO nobody writes to
-  can neither fill the memory nor hang a command; `read_head` reads the start of a file
-  too large to read whole (a model's magic); `read_stream` holds stdin to a limit.
+  can neither fill the memory nor hang a command; `read_head` and `open_regular` serve a
+  reader of a file too large to read whole (a model's magic, its hash); `read_stream` holds
+  stdin to a limit.
 """
 
 from __future__ import annotations
@@ -244,6 +245,13 @@ def read_head(path: Path, count: int) -> bytes:
         raise _unreadable(path, describe(exc)) from None
     finally:
         os.close(fd)
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """A user's regular file opened for reading in binary, for a reader that takes only what
+    it needs of a large file (a model's hash); a FIFO or a device is refused as `read_limited`
+    refuses it, FileNotFoundError passes through."""
+    return os.fdopen(_open_readable(path, pipes=False), "rb")
 
 
 def _open_readable(path: Path, pipes: bool) -> int:

@@ -159,3 +159,21 @@ def test_cache_files_that_are_fifos_count_as_missing(tmp_path: Path,
     model = tmp_path / "m.gguf"
     os.mkfifo(cache.sidecar_path(model))
     assert _returns(lambda: cache.recorded_sha256(model), cache.sidecar_path(model)) is None
+
+
+def test_hashing_a_model_file_never_opens_a_fifo_in_its_place(tmp_path: Path) -> None:
+    from specchat.fileio import FileIOError
+    from specchat.llm.gguf import content_fingerprint
+    from specchat.models.cache import sha256_file
+
+    fifo = tmp_path / "m.gguf"  # the model file, replaced after it was checked and loaded
+    os.mkfifo(fifo)
+
+    def refused(hash_it: Callable[[Path], str]) -> str:
+        try:
+            return hash_it(fifo)
+        except FileIOError as exc:
+            return str(exc)
+
+    assert "is a FIFO" in str(_returns(lambda: refused(content_fingerprint), fifo))
+    assert "is a FIFO" in str(_returns(lambda: refused(sha256_file), fifo))

@@ -66,7 +66,7 @@ def content_fingerprint(path: Path) -> str:
     that happens to miss every sampled block still changes the key.
     """
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with fileio.open_regular(path) as handle:  # a FIFO in the model's place cannot hang us
         st = os.fstat(handle.fileno())
         digest.update(f"{st.st_size}|{st.st_dev}|{st.st_ino}|{st.st_ctime_ns}|".encode())
         digest.update(handle.read(HEAD_BYTES))
