@@ -177,3 +177,20 @@ def test_hashing_a_model_file_never_opens_a_fifo_in_its_place(tmp_path: Path) ->
 
     assert "is a FIFO" in str(_returns(lambda: refused(content_fingerprint), fifo))
     assert "is a FIFO" in str(_returns(lambda: refused(sha256_file), fifo))
+
+
+@pytest.mark.parametrize("flag", ["--json", "--record"])
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_a_bench_output_that_is_no_regular_file_is_refused_before_the_run(
+        tmp_path: Path, flag: str, kind: str) -> None:
+    path = Path("/dev/zero")
+    if kind == "fifo":
+        path = tmp_path / "pipe"
+        os.mkfifo(path)
+    # The target would fail to load: the refusal has to come before any model is opened.
+    done = _specchat(tmp_path, ["bench", "-m", str(_fake_target(tmp_path)), flag, str(path),
+                                "--limit", "1"])
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert flag in done.stderr and str(path) in done.stderr
+    assert ("a character device" if kind == "device" else "a FIFO") in done.stderr
