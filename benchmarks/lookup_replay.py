@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import replaycli  # benchmarks/replaycli.py, beside this file
+
 from specchat.bench import prompts as bp
 from specchat.bench.oracle import oracle_policy
 from specchat.bench.recording import Recorded
@@ -155,27 +157,13 @@ def lookups(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("collect")
-    c.add_argument("out")
-    c.add_argument("file", nargs="?")
-    c.add_argument("--categories")
-    c.add_argument("--limit", type=int)
-    c.add_argument("-n", "--max-tokens", type=int, default=128)
-    c.add_argument("-m", "--model", default="qwen2.5-coder-1.5b")
-    c.add_argument("--ctx", type=int, default=4096)
-    r = sub.add_parser("replay")
-    r.add_argument("data")
-    r.add_argument("--table", help="cpu (default), gpu, or batch ratios R1,R2,...")
-    r.add_argument("--modes", default="ngram,auto")
-    r.add_argument("--draft-max", type=int, default=16)
-    r.add_argument("--fresh", action="store_true", help="a new auto state per prompt (as "
-                   "one `ask` per prompt) instead of one kept across prompts (chat, bench)")
-    lk = sub.add_parser("lookups")
-    lk.add_argument("data")
-    args = ap.parse_args(argv)
-    return {"collect": collect, "replay": replay, "lookups": lookups}[args.cmd](args)
+    ap, sub = replaycli.parsers(__doc__, collect_tokens=128, modes="ngram,auto")
+    sub["collect"].add_argument("--categories")
+    sub["collect"].add_argument("--limit", type=int)
+    sub["replay"].add_argument("--fresh", action="store_true", help="a new auto state per "
+                               "prompt (as one `ask` per prompt) instead of one kept across "
+                               "prompts (chat, bench)")
+    return replaycli.run(ap, argv, {"collect": collect, "replay": replay, "lookups": lookups})
 
 
 if __name__ == "__main__":

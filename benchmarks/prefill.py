@@ -26,7 +26,7 @@ from typing import Any
 import llama_cpp
 
 from specchat.engine.drafters import fill_cache
-from specchat.llm import ChatTemplate, chat_tokens, load_model
+from specchat.llm import ChatTemplate, LlamaModel, chat_tokens, load_model
 from specchat.models import resolve_model
 
 Runner = Callable[[], float]
@@ -49,6 +49,31 @@ def messages_for(target_tokens: int, count: Callable[[str], int]) -> list[dict[s
     return [{"role": "user", "content": text + "\n\nWhat does this code do?"}]
 
 
+def long_prompt(path: Path | str, n_tokens: int, threads: int
+                ) -> tuple[list[dict[str, str]], list[int]]:
+    """About `n_tokens` of specchat's source as one chat message, and its token ids in the
+    model's chat template."""
+    probe = load_model(path, n_ctx=512, n_threads=threads, n_gpu_layers=0)
+    template = ChatTemplate.from_model(probe)
+    messages = messages_for(n_tokens, lambda text: len(
+        chat_tokens(probe, template, [{"role": "user", "content": text}])))
+    tokens = chat_tokens(probe, template, messages)
+    probe.close()
+    return messages, tokens
+
+
+def timed_prefill(model: LlamaModel, tokens: list[int]) -> Runner:
+    """A run from an empty cache of the engine's chunked prefill of `tokens` and the first
+    step (time to first token), in seconds."""
+    def run() -> float:
+        model.truncate(0)
+        t0 = time.perf_counter()
+        fill_cache(model, tokens[:-1])
+        model.eval(tokens[-1:], [-1])
+        return time.perf_counter() - t0
+    return run
+
+
 def llama_runner(path: Path, n_ctx: int, threads: int, messages: list[dict[str, str]],
                  flash_attn: bool = False) -> Runner:
     llm = llama_cpp.Llama(str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
@@ -62,8 +87,8 @@ def llama_runner(path: Path, n_ctx: int, threads: int, messages: list[dict[str, 
     return run
 
 
-def specchat_runner(path: Path, n_ctx: int, threads: int, messages: list[dict[str, str]],
-                    context_overrides: dict[str, Any]) -> tuple[Runner, int]:
+def specchat_runner(path: Path, n_ctx: int, threads: int, tokens: list[int],
+                    context_overrides: dict[str, Any]) -> Runner:
     original = llama_cpp.llama_context_default_params
 
     def patched() -> Any:
@@ -77,15 +102,7 @@ def specchat_runner(path: Path, n_ctx: int, threads: int, messages: list[dict[st
                            n_batch=int(context_overrides.get("n_batch", 512)))
     finally:
         llama_cpp.llama_context_default_params = original
-    tokens = chat_tokens(model, ChatTemplate.from_model(model), messages)
-
-    def run() -> float:
-        model.truncate(0)
-        t0 = time.perf_counter()
-        fill_cache(model, tokens[:-1])
-        model.eval(tokens[-1:], [-1])
-        return time.perf_counter() - t0
-    return run, len(tokens)
+    return timed_prefill(model, tokens)
 
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -107,20 +124,15 @@ def main() -> None:
     args = parser.parse_args()
     path = resolve_model(args.model)
     n_ctx = args.tokens + 1024
-    probe = load_model(path, n_ctx=512, n_threads=args.threads, n_gpu_layers=0)
-    template = ChatTemplate.from_model(probe)
-    messages = messages_for(args.tokens, lambda text: len(
-        chat_tokens(probe, template, [{"role": "user", "content": text}])))
-    probe.close()
+    messages, tokens = long_prompt(path, args.tokens, args.threads)
+    n_tokens = len(tokens)
     runners: dict[str, Runner] = {}
-    n_tokens = 0
     for name in args.variants.split(","):
         if name in ("llama", "llama-fa-on"):
             runners[name] = llama_runner(path, n_ctx, args.threads, messages,
                                          flash_attn=name == "llama-fa-on")
         else:
-            runners[name], n_tokens = specchat_runner(path, n_ctx, args.threads, messages,
-                                                      VARIANTS[name])
+            runners[name] = specchat_runner(path, n_ctx, args.threads, tokens, VARIANTS[name])
     times: dict[str, list[float]] = {name: [] for name in runners}
     names = list(runners)
     for rep in range(args.reps):

@@ -26,11 +26,10 @@ import time
 from collections.abc import Callable
 
 import llama_cpp
-from prefill import messages_for  # benchmarks/prefill.py, beside this file
+from prefill import long_prompt, timed_prefill  # benchmarks/prefill.py, beside this file
 
 from specchat.bench.interval import paired_ratio
-from specchat.engine.drafters import fill_cache
-from specchat.llm import ChatTemplate, chat_tokens, load_model
+from specchat.llm import load_model
 from specchat.models import resolve_model
 
 Runner = Callable[[], float]
@@ -53,14 +52,7 @@ def specchat_runner(path: str, n_ctx: int, threads: int, tokens: list[int],
                     exact: bool) -> Runner:
     model = load_model(path, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=0, exact=exact)
     assert model.exact == exact, "the exact target did not load exact"
-
-    def run() -> float:
-        model.truncate(0)
-        t0 = time.perf_counter()
-        fill_cache(model, tokens[:-1])
-        model.eval(tokens[-1:], [-1])
-        return time.perf_counter() - t0
-    return run
+    return timed_prefill(model, tokens)
 
 
 def main() -> int:
@@ -73,12 +65,7 @@ def main() -> int:
     args = ap.parse_args()
     path = str(resolve_model(args.model))
     n_ctx = args.tokens + 1024
-    probe = load_model(path, n_ctx=512, n_threads=args.threads, n_gpu_layers=0)
-    template = ChatTemplate.from_model(probe)
-    messages = messages_for(args.tokens, lambda text: len(
-        chat_tokens(probe, template, [{"role": "user", "content": text}])))
-    tokens = chat_tokens(probe, template, messages)
-    probe.close()
+    _, tokens = long_prompt(path, args.tokens, args.threads)
     makers: dict[str, Callable[[], Runner]] = {
         "llama": lambda: llama_runner(path, n_ctx, args.threads, tokens, False),
         "llama-fa": lambda: llama_runner(path, n_ctx, args.threads, tokens, True),

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import replaycli  # benchmarks/replaycli.py, beside this file
 
 from specchat.bench.oracle import Candidates, oracle_policy
 from specchat.bench.recording import Recorded
@@ -196,25 +197,10 @@ def lookups(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("collect")
-    c.add_argument("out")
-    c.add_argument("file", nargs="?")
-    c.add_argument("-n", "--max-tokens", type=int, default=256)
-    c.add_argument("-m", "--model", default="qwen2.5-coder-1.5b")
-    c.add_argument("--ctx", type=int, default=4096)
-    r = sub.add_parser("replay")
-    r.add_argument("data")
-    r.add_argument("--table", default="cpu")
-    r.add_argument("-n", "--max-tokens", type=int, default=128)
-    r.add_argument("--modes", default="nohistory,chains,auto")
-    r.add_argument("--draft-max", type=int, default=16)
-    lk = sub.add_parser("lookups")
-    lk.add_argument("data")
-    lk.add_argument("-n", "--max-tokens", type=int, default=128)
-    args = ap.parse_args(argv)
-    return {"collect": collect, "replay": replay, "lookups": lookups}[args.cmd](args)
+    ap, sub = replaycli.parsers(__doc__, collect_tokens=256, modes="nohistory,chains,auto")
+    for name in ("replay", "lookups"):
+        sub[name].add_argument("-n", "--max-tokens", type=int, default=128)
+    return replaycli.run(ap, argv, {"collect": collect, "replay": replay, "lookups": lookups})
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ and then written by `logging`.
   never deleted (a process waiting on a deleted lock would hold a lock nobody else sees).
 - Reads of the user's files are bounded: `read_limited` refuses devices (and FIFOs, unless
   asked to take pipes) and stops at a size limit, so /dev/zero or a FIFO nobody writes to
-  can neither fill the memory nor hang a command; `read_stream` holds stdin to a limit.
+  can neither fill the memory nor hang a command; `read_head` and `open_regular` serve a
+  reader of a file too large to read whole (a model's magic, its hash); `read_stream` holds
+  stdin to a limit.
 """
 
 from __future__ import annotations
@@ -221,6 +223,40 @@ def read_limited(path: Path, limit: int, *, pipes: bool = False) -> bytes:
     grows past the limit while read is refused at the limit. FileNotFoundError passes
     through: a missing file often means "none yet".
     """
+    fd = _open_readable(path, pipes)
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):  # a pipe's writer may be slow: wait for it
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return _read_bounded(fd, path, limit)
+    except OSError as exc:
+        raise _unreadable(path, describe(exc)) from None
+    finally:
+        os.close(fd)
+
+
+def read_head(path: Path, count: int) -> bytes:
+    """The first `count` bytes (fewer if the file is shorter) of a user's regular file that
+    may be far larger (a model), else FileIOError (one line): a FIFO or a device is refused
+    as `read_limited` refuses it, before any read. FileNotFoundError passes through."""
+    fd = _open_readable(path, pipes=False)
+    try:
+        return os.pread(fd, count, 0)
+    except OSError as exc:
+        raise _unreadable(path, describe(exc)) from None
+    finally:
+        os.close(fd)
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """A user's regular file opened for reading in binary, for a reader that takes only what
+    it needs of a large file (a model's hash); a FIFO or a device is refused as `read_limited`
+    refuses it, FileNotFoundError passes through."""
+    return os.fdopen(_open_readable(path, pipes=False), "rb")
+
+
+def _open_readable(path: Path, pipes: bool) -> int:
+    """A read-only fd on a regular file at `path` (or a FIFO, when `pipes`), opened without
+    blocking so that a FIFO nobody writes to cannot hang the open."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -229,15 +265,13 @@ def read_limited(path: Path, limit: int, *, pipes: bool = False) -> bytes:
         raise _unreadable(path, describe(exc)) from None
     try:
         mode = os.fstat(fd).st_mode
-        if not (stat.S_ISREG(mode) or (pipes and stat.S_ISFIFO(mode))):
-            raise _unreadable(path, f"is {file_kind(mode)}, not a regular file")
-        if stat.S_ISFIFO(mode):  # a pipe's writer may be slow: wait for it (Ctrl-C works)
-            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        return _read_bounded(fd, path, limit)
     except OSError as exc:
-        raise _unreadable(path, describe(exc)) from None
-    finally:
         os.close(fd)
+        raise _unreadable(path, describe(exc)) from None
+    if not (stat.S_ISREG(mode) or (pipes and stat.S_ISFIFO(mode))):
+        os.close(fd)
+        raise _unreadable(path, f"is {file_kind(mode)}, not a regular file")
+    return fd
 
 
 def read_text(path: Path, limit: int) -> str:

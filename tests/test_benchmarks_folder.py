@@ -1,6 +1,7 @@
 """benchmarks/ holds only research scripts a document quotes: benchmarks/README.md lists every
 one with what it measures and the documents that quote it, each script's docstring starts with
-that same line, and each listed document does quote the script."""
+that same line, and each listed document does quote the script. A module that is not a script
+(what several scripts share) is named in the README and imported by a script."""
 
 from __future__ import annotations
 
@@ -26,8 +27,15 @@ def listed() -> dict[str, tuple[str, list[str]]]:
     return rows
 
 
+def runs(path: Path) -> bool:
+    """A script is a shell script or a Python file that runs as one (`__main__`); the other
+    Python files hold what several scripts share."""
+    return path.suffix == ".sh" or 'if __name__ == "__main__":' in path.read_text("utf-8")
+
+
 SCRIPTS = sorted(p.name for p in FOLDER.iterdir() if p.suffix in (".py", ".sh")
-                 and p.name != "__init__.py")
+                 and p.name != "__init__.py" and runs(p))
+SHARED = sorted(p.name for p in FOLDER.glob("*.py") if p.name != "__init__.py" and not runs(p))
 
 
 def test_the_readme_lists_every_script_and_nothing_else() -> None:
@@ -50,6 +58,18 @@ def test_a_script_says_first_what_it_measures(script: str) -> None:
     first = doc.splitlines()[0]
     assert first.lower().startswith(what.lower()), (first, what)
     assert f"({docs[0]})" in first, f"{script}'s first line does not name {docs[0]}"
+
+
+@pytest.mark.parametrize("module", SHARED)
+def test_a_shared_module_is_named_in_the_readme_and_imported_by_a_script(module: str) -> None:
+    readme = (FOLDER / "README.md").read_text(encoding="utf-8")
+    assert f"`{module}`" in readme, f"benchmarks/README.md does not name {module}"
+    name = module.removesuffix(".py")
+    users = [s for s in SCRIPTS if s.endswith(".py") and name in {
+        n.module if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(ast.parse((FOLDER / s).read_text(encoding="utf-8")))
+        if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}]
+    assert users, f"no script imports {module}: remove it"
 
 
 def test_no_script_shares_a_name_with_a_module_of_specchat_bench() -> None:

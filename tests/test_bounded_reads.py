@@ -31,6 +31,22 @@ def _bounded() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
 
+def _specchat(tmp_path: Path, argv: list[str], *, typed: str = "") -> \
+        subprocess.CompletedProcess[str]:
+    """The real CLI under a fresh home and a 2 GiB memory limit, `typed` on its stdin."""
+    env = {**os.environ, "SPECCHAT_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "specchat", *argv], env=env, timeout=60,
+                          capture_output=True, text=True, input=typed, preexec_fn=_bounded,
+                          check=False)
+
+
+def _fake_target(tmp_path: Path) -> Path:
+    """A file that passes the model file check, for commands that fail before loading it."""
+    target = tmp_path / "target.gguf"
+    target.write_bytes(b"GGUF\x03\x00\x00\x00")
+    return target
+
+
 @pytest.mark.parametrize("kind", ["device", "fifo"])
 @pytest.mark.parametrize(("args", "names"), COMMANDS)
 def test_a_device_or_a_fifo_is_refused_in_one_line(tmp_path: Path, kind: str,
@@ -39,14 +55,64 @@ def test_a_device_or_a_fifo_is_refused_in_one_line(tmp_path: Path, kind: str,
     if kind == "fifo":
         path = tmp_path / "pipe"
         os.mkfifo(path)
-    env = {**os.environ, "SPECCHAT_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
-    argv = [a.replace("{path}", str(path)) for a in args]
-    done = subprocess.run([sys.executable, "-m", "specchat", *argv], env=env, timeout=60,
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          preexec_fn=_bounded, check=False)
+    done = _specchat(tmp_path, [a.replace("{path}", str(path)) for a in args])
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and names in done.stderr
     assert ("a character device" if kind == "device" else "a FIFO") in done.stderr
+
+
+MODEL_COMMANDS = [
+    ["ask", "-m", "{path}", "hi"],
+    ["ask", "-m", "{target}", "--draft", "{path}", "hi"],
+    ["chat", "-m", "{path}"],
+    ["bench", "-m", "{path}", "--limit", "1"],
+]
+KINDS = {"device": "a character device", "null": "a character device", "fifo": "a FIFO",
+         "folder": "a folder"}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("args", MODEL_COMMANDS)
+def test_a_model_path_that_is_no_file_says_what_it_is(tmp_path: Path, kind: str,
+                                                      args: list[str]) -> None:
+    path = {"device": Path("/dev/zero"), "null": Path("/dev/null"), "fifo": tmp_path / "pipe",
+            "folder": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    target = _fake_target(tmp_path)  # the draft is checked before the target loads
+    argv = [a.replace("{path}", str(path)).replace("{target}", str(target)) for a in args]
+    done = _specchat(tmp_path, argv, typed="hi\n")  # chat's question
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert f"{path} is {KINDS[kind]}, not a model file; give a path to a .gguf file" \
+        in done.stderr
+
+
+@pytest.mark.parametrize(("args", "hint"), [
+    (["ask", "-m", "{target}", "-f", "/dev/zero", "hi"], "attach a text file or a pipe"),
+    (["chat", "-m", "{target}", "--load", "/dev/zero"], "give a conversation file"),
+])
+def test_a_device_given_as_a_text_file_says_what_to_give(tmp_path: Path, args: list[str],
+                                                         hint: str) -> None:
+    target = _fake_target(tmp_path)  # the files are read before the target loads
+    done = _specchat(tmp_path, [a.replace("{target}", str(target)) for a in args],
+                     typed="hi\n")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "/dev/zero" in done.stderr and "a character device" in done.stderr
+    assert hint in done.stderr
+
+
+def test_a_fifo_among_saved_conversations_is_passed_over_without_blocking(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specchat.chat import chatlog
+
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path / "home"))
+    folder = chatlog.conversations_dir()
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "20260101-000000.jsonl")
+    assert _returns(lambda: chatlog.has_records(folder / "20260101-000000.jsonl"),
+                    folder / "20260101-000000.jsonl") is False
 
 
 def test_a_schema_file_past_the_limit_is_refused_in_the_chat_too(tmp_path: Path) -> None:
@@ -93,3 +159,38 @@ def test_cache_files_that_are_fifos_count_as_missing(tmp_path: Path,
     model = tmp_path / "m.gguf"
     os.mkfifo(cache.sidecar_path(model))
     assert _returns(lambda: cache.recorded_sha256(model), cache.sidecar_path(model)) is None
+
+
+def test_hashing_a_model_file_never_opens_a_fifo_in_its_place(tmp_path: Path) -> None:
+    from specchat.fileio import FileIOError
+    from specchat.llm.gguf import content_fingerprint
+    from specchat.models.cache import sha256_file
+
+    fifo = tmp_path / "m.gguf"  # the model file, replaced after it was checked and loaded
+    os.mkfifo(fifo)
+
+    def refused(hash_it: Callable[[Path], str]) -> str:
+        try:
+            return hash_it(fifo)
+        except FileIOError as exc:
+            return str(exc)
+
+    assert "is a FIFO" in str(_returns(lambda: refused(content_fingerprint), fifo))
+    assert "is a FIFO" in str(_returns(lambda: refused(sha256_file), fifo))
+
+
+@pytest.mark.parametrize("flag", ["--json", "--record"])
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_a_bench_output_that_is_no_regular_file_is_refused_before_the_run(
+        tmp_path: Path, flag: str, kind: str) -> None:
+    path = Path("/dev/zero")
+    if kind == "fifo":
+        path = tmp_path / "pipe"
+        os.mkfifo(path)
+    # The target would fail to load: the refusal has to come before any model is opened.
+    done = _specchat(tmp_path, ["bench", "-m", str(_fake_target(tmp_path)), flag, str(path),
+                                "--limit", "1"])
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert flag in done.stderr and str(path) in done.stderr
+    assert ("a character device" if kind == "device" else "a FIFO") in done.stderr

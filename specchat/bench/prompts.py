@@ -10,10 +10,11 @@ answer, which differs between modes whenever greedy outputs diverge. A line may 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from specchat import fileio
 from specchat.engine.options import Structure
@@ -71,21 +72,27 @@ def load_prompts(path: Path | None, builtin: str = BUILTIN_NAME) -> list[BenchPr
 
 def parse_jsonl(text: str, source: str) -> list[BenchPrompt]:
     """Parse every non-blank line; any bad line is a usage error naming file and line."""
-    prompts: list[BenchPrompt] = []
+    return [_parse_record(record, where)
+            for where, record in json_lines(text, source, "question_id, category, turns")]
+
+
+def json_lines(text: str, source: str, fields: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every non-blank line's JSON object and where it stands (`SOURCE:LINE`); a line that is
+    no JSON object is a usage error naming the line and the `fields` it should hold."""
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        prompts.append(_parse_line(line, f"{source}:{number}"))
-    return prompts
+        where = f"{source}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+        if not isinstance(record, dict):
+            raise UsageError(f"{where}: expected a JSON object with {fields}")
+        yield where, record
 
 
-def _parse_line(line: str, where: str) -> BenchPrompt:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
-    if not isinstance(record, dict):
-        raise UsageError(f"{where}: expected a JSON object with question_id, category, turns")
+def _parse_record(record: dict[str, Any], where: str) -> BenchPrompt:
     missing = [k for k in ("question_id", "category", "turns") if k not in record]
     if missing:
         raise UsageError(f"{where}: missing {', '.join(missing)}")

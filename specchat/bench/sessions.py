@@ -21,13 +21,12 @@ schema, docstrings, tests and endpoints.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specchat.bench.prompts import read_input
+from specchat.bench.prompts import json_lines, read_input
 from specchat.errors import UsageError
 from specchat.llm.shapes import ShapeError, schema_text, toolset_of
 
@@ -66,16 +65,7 @@ def load_sessions(path: Path | None) -> list[Session]:
 
 def parse_sessions(text: str, source: str) -> list[Session]:
     found: dict[str, Session] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{source}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
-        if not isinstance(record, dict):
-            raise UsageError(f"{where}: expected a JSON object with session and requests")
+    for where, record in json_lines(text, source, "session and requests"):
         if "session" not in record:
             raise UsageError(f'{where}: no "session": a session file has lines like '
                              '{"session": "sql", "requests": ["...", "..."]} (a Spec-Bench '

@@ -75,7 +75,7 @@ def read_attachment(name: str, stdin: BinaryIO | None = None) -> Attachment:
     except FileNotFoundError:
         raise UsageError(f"{name}: no such file") from None
     except fileio.FileIOError as exc:
-        raise UsageError(f"{name}: {exc.reason}") from None
+        raise UsageError(f"{name}: {exc.reason}; attach a text file or a pipe") from None
     return Attachment(name, _decode(data, name))
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +36,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     except FileNotFoundError:
         raise UsageError(f"no conversation file at {path}") from None
     except fileio.FileIOError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"{exc}; give a conversation file (`specchat history` lists the "
+                         "saved ones)") from None
     records: list[dict[str, Any]] = []
     skipped: list[int] = []
     for number, line in enumerate(raw.split(b"\n"), 1):
@@ -125,12 +125,9 @@ class PrivateChatLog(ChatLog):
 
 def has_records(path: Path) -> bool:
     """True when `path` holds at least one complete record (a 0-byte file holds none)."""
-    try:
-        with path.open("rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                return False
-            first = handle.readline(FIRST_LINE_LIMIT)
-    except OSError:
+    try:  # never opened blocking: a FIFO under a conversation's name is no conversation
+        first = fileio.read_head(path, FIRST_LINE_LIMIT).split(b"\n", 1)[0]
+    except (OSError, fileio.FileIOError):
         return False
     try:
         return isinstance(json.loads(first), dict)

@@ -119,6 +119,8 @@ def bench(
     *, settings: Settings,
 ) -> None:
     replaying = _check_runs(file, record_file, calibrate, cost_profile, recording, sessions)
+    _check_writable(json_file)
+    _check_writable(record_file, "--record")
     if sessions:
         from specchat.commands.bench_sessions import bench_sessions
 
@@ -136,9 +138,7 @@ def bench(
                          "file's lines may carry a \"schema\" of their own)")
     builtin = bp.JSON_NAME if json_schemas else bp.BUILTIN_NAME
     chosen = [] if calibrate else _chosen_prompts(file, categories, limit, builtin)
-    _check_writable(json_file)
     if record_file is not None:
-        _check_writable(record_file)
         record_command(settings, file, chosen, options.max_tokens, Path(record_file))
         return
     # Single prompts: no drafting store (earlier runs' answers would answer for them).
@@ -217,15 +217,20 @@ def _chosen_prompts(file: Path | None, categories: str | None, limit: int | None
     return chosen
 
 
-def _check_writable(json_file: str | None) -> None:
-    """Fail before a long run, not after it, when the JSON could not be written."""
+def _check_writable(json_file: str | None, flag: str = "--json") -> None:
+    """Fail before a long run, not after it, when the file could not be written: a missing
+    folder, or a directory, a device or a FIFO where the file would go."""
     if json_file is None or json_file == "-":
         return
     parent = Path(json_file).resolve().parent
     if not parent.is_dir():
-        raise UsageError(f"--json {json_file}: folder {parent} does not exist")
+        raise UsageError(f"{flag} {json_file}: folder {parent} does not exist")
     if Path(json_file).is_dir():
-        raise UsageError(f"--json {json_file} is a directory")
+        raise UsageError(f"{flag} {json_file} is a directory")
+    try:
+        fileio.write_target(Path(json_file))
+    except fileio.FileIOError as exc:
+        raise UsageError(f"{flag}: {exc}; give a new file's name") from None
 
 
 def _load_spec(modes: list[str], calibrate: bool) -> Spec:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from specchat import fileio
 from specchat.errors import ModelError
 from specchat.llm.vocab import VocabPrint
 
@@ -17,16 +19,21 @@ GGUF_MAGIC = b"GGUF"
 
 def check_gguf_file(path: Path) -> Path:
     """`path` if it is a readable GGUF file, else a one-line ModelError that says what to do."""
-    if not path.exists():
-        raise ModelError(f"model file not found: {path} does not exist; give a path to a "
-                         f".gguf file or a preset name (see `specchat models`)")
-    if not path.is_file():
-        raise ModelError(f"{path} is a folder, not a model file; give a path to a .gguf file")
     try:
-        with path.open("rb") as handle:
-            magic = handle.read(4)
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise ModelError(f"model file not found: {path} does not exist; give a path to a "
+                         f".gguf file or a preset name (see `specchat models`)") from None
     except OSError as exc:
-        raise ModelError(f"cannot read model file {path}: {exc.strerror or exc}") from None
+        raise ModelError(f"cannot read model file {path}: {fileio.describe(exc)}") from None
+    if not stat.S_ISREG(mode):  # /dev/zero, a FIFO: never opened, it could hang or not end
+        kind = "a folder" if stat.S_ISDIR(mode) else fileio.file_kind(mode)
+        raise ModelError(f"{path} is {kind}, not a model file; give a path to a .gguf file")
+    try:
+        magic = fileio.read_head(path, len(GGUF_MAGIC))
+    except (OSError, fileio.FileIOError) as exc:  # gone or replaced since the stat
+        why = fileio.describe(exc) if isinstance(exc, OSError) else exc.reason
+        raise ModelError(f"cannot read model file {path}: {why}") from None
     if magic != GGUF_MAGIC:
         raise ModelError(f"{path} is not a GGUF model file (it does not start with 'GGUF'); "
                          f"convert it with llama.cpp or pick a .gguf file")
@@ -59,7 +66,7 @@ def content_fingerprint(path: Path) -> str:
     that happens to miss every sampled block still changes the key.
     """
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with fileio.open_regular(path) as handle:  # a FIFO in the model's place cannot hang us
         st = os.fstat(handle.fileno())
         digest.update(f"{st.st_size}|{st.st_dev}|{st.st_ino}|{st.st_ctime_ns}|".encode())
         digest.update(handle.read(HEAD_BYTES))

@@ -71,7 +71,10 @@ def _upgrade_old_sidecar(path: Path, size: int) -> bool:
     """A sidecar from before sizes were recorded: hash the file once, record its size if it
     matches (a hub file need not have the preset's size), else it does not count."""
     sha256 = recorded_sha256(path)
-    if sha256 is None or sha256_file(path) != sha256:
+    try:
+        if sha256 is None or sha256_file(path) != sha256:
+            return False
+    except (OSError, fileio.FileIOError):  # gone, or no longer a regular file
         return False
     write_sidecar(path, sha256)
     return True
@@ -159,7 +162,7 @@ def check_gguf(path: Path) -> Path:
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with fileio.open_regular(path) as handle:
         while block := handle.read(chunk):
             digest.update(block)
     return digest.hexdigest()
