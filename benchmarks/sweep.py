@@ -1,11 +1,14 @@
 """`auto` on the sweep of hardware shapes, as a markdown table (docs/gpu.md).
 
-The rows come from specchat/bench/sweep.py (`specchat bench` replays on every profile).
+The rows come from specchat/bench/sweep.py (`specchat bench` replays on every profile) and
+specchat/bench/sessionsweep.py (the recorded sessions, request by request).
 
-    python benchmarks/sweep.py [--recordings builtin,spec-bench]
+    python benchmarks/sweep.py [--recordings builtin,spec-bench] [--no-sessions]
 
 Per profile and recording: `auto` over `off` overall and in its worst category, the best
-fixed policy in hindsight over `off`, and `auto` over it. Deterministic: run it once.
+fixed policy in hindsight over `off`, and `auto` over it; for the sessions, `auto` over
+`off` from each session's second request on, over all sessions and in the worst one.
+Deterministic: run it once.
 """
 
 from __future__ import annotations
@@ -13,22 +16,27 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from specchat.bench.sweep import sweep, sweep_profiles
+from specchat.bench.sessionsweep import load_sessions_recording, sweep_sessions
+from specchat.bench.sweep import MIN_OF_OFF, sweep, sweep_profiles
 from specchat.commands.benchreplay import load_recording
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recordings", default="builtin,spec-bench")
+    parser.add_argument("--sessions", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args(argv)
     names = [n for n in args.recordings.split(",") if n]
     profiles = sweep_profiles()
     results = {name: sweep(load_recording(name), profiles) for name in names}
+    sessions = sweep_sessions(load_sessions_recording(), profiles) if args.sessions else None
     head = " | ".join(f"{n}: auto/off, worst category, best fixed/off, auto/best fixed"
                       for n in names)
+    if sessions is not None:
+        head += " | sessions from the 2nd request: auto/off, worst session"
     print(f"| profile | {head} |")
-    print("|---|" + "---|" * len(names))
-    failed = 0
+    print("|---|" + "---|" * (len(names) + (sessions is not None)))
+    failed = low = 0
     for i, profile in enumerate(profiles):
         cells = []
         for name in names:
@@ -38,8 +46,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             failed += not row.holds()
             cells.append(f"{row.auto_over_off['overall']:.3f}, {category} {worst:.3f}, "
                          f"{row.best_fixed_over_off:.3f}, {row.auto_over_best_fixed:.3f}{mark}")
+        if sessions is not None:
+            session, worst = sessions[i].worst_session()
+            low += worst < MIN_OF_OFF
+            mark = " **below**" if worst < MIN_OF_OFF else ""
+            cells.append(f"{sessions[i].auto_over_off['overall']:.3f}, {session} {worst:.3f}{mark}")
         print(f"| `{profile.name}` | " + " | ".join(cells) + " |")
     print(f"\n{failed} of {len(profiles) * len(names)} profile-recording pairs below the bar")
+    if sessions is not None:
+        print(f"{low} of {len(profiles)} profiles with a session below {MIN_OF_OFF}x of off")
     return 0
 
 

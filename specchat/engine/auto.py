@@ -227,7 +227,7 @@ class AutoPolicy:
         if self.draft is not None:
             # Filled now only when it holds most of the context already (draftlength.py).
             lag = self.draft.lag(context)
-            self._renting = lag <= COLD_LAG and self._rent_first(lag)
+            self._renting = lag <= COLD_LAG and self._rent_first(context, lag)
             self.draft.prepare(context, fill=lag <= COLD_LAG and not self._renting)
 
     def propose(self, context: Sequence[int], limit: int,
@@ -379,15 +379,28 @@ class AutoPolicy:
             return out, draft
         return [*out, draft], None
 
-    def _rent_first(self, lag: int) -> bool:
+    def _rent_first(self, context: Sequence[int], lag: int) -> bool:
         """Whether a short prompt's catch-up (`lag` tokens) is rented for first, as a long
         one's always is (ski rental): wherever it costs more than a target step. An estimate
         of what the draft model will save is made before a token of this answer is seen, at
         acceptance learnt on other text; the rent (CatchUp) prices it on this answer's own
-        steps and buys once it pays."""
+        steps and buys once it pays. A cheaper one is bought at once only where that
+        estimate wins it back over the answer expected: on a steep machine a draft model
+        that is seldom worth choosing paid its fill on every short prompt and saved nothing
+        (Spec-Bench qa, docs/gpu.md)."""
         costs = self.state.draft_costs
-        return (costs is not None and lag > 1
-                and costs.cost(lag) > self.state.target_costs.cost(1))
+        if costs is None or lag <= 1:
+            return False
+        price = costs.cost(lag)
+        if price > self.state.target_costs.cost(1):
+            return True
+        # Priced as a warm draft model is chosen in propose(): would it be, and save what?
+        self._renting = True
+        _, warm = self._candidates(context, self.k_max, (), 0)
+        best = choose(self.state.target_costs, [] if warm is None else [warm],
+                      self.state.model, optimism=OPTIMISM)
+        saving = self.state.target_costs.cost(1) * (1.0 - 1.0 / best.expected_speedup)
+        return saving * self.state.answer_tokens < price
 
     def _saving(self, warm: Candidate, choice: Choice) -> float:
         """Seconds a warm draft model would have saved this step over `choice`."""
