@@ -36,8 +36,8 @@ from specchat.bench.standins import PricedClock, Renumbered, StandIn, TablePrice
 from specchat.commands.benchreplay import BUILTIN_RECORDINGS, load_recording
 from specchat.engine.auto import AutoState
 from specchat.engine.build import Hooks, make_policy
+from specchat.engine.contextindex import ContextIndex
 from specchat.engine.cost import CostTable, match_bucket
-from specchat.engine.drafters import NgramIndex
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.policy import DraftPolicy
@@ -134,8 +134,9 @@ def lookups(args: argparse.Namespace) -> int:
     match length and by whether the n-gram was seen with different continuations before."""
     tally: dict[tuple[int, bool], list[int]] = {}
     for item in load_items(args.data):
-        index = NgramIndex(2, 5)
-        index.extend(item["prompt"])
+        index = ContextIndex(2, 5)
+        context = list(item["prompt"])
+        index.sync(context)
         for token in item["answer"]:
             n, start = index.match()
             if n:
@@ -146,7 +147,8 @@ def lookups(args: argparse.Namespace) -> int:
                 cell = tally.setdefault((match_bucket(length), index.ambiguous(n)), [0, 0])
                 cell[0] += 1
                 cell[1] += toks[start] == token
-            index.append(token)
+            context.append(token)
+            index.sync(context)
     print("match bucket  n-gram      lookups  first token right")
     for (bucket, ambiguous), (count, right) in sorted(tally.items()):
         kind = "ambiguous" if ambiguous else "one-way"

@@ -97,7 +97,7 @@ def make_policy(options: GenerationOptions, target: LogitsModel, draft: LogitsMo
         branches = 1 if constraint is not None or options.logprobs is not None else \
             tree_branches(target)
         earlier = None if store is None or store.empty else StoreDrafter(
-            store, state.model, state.target_costs, branches)
+            store, state.model, state.target_costs, branches, context=drafter.index)
         policy = AutoPolicy(state, drafter, model_drafter, options.draft_max, earlier)
     else:
         policy = Adaptive(drafter, options.draft_max)

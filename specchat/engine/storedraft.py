@@ -29,11 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specchat.engine.contextindex import ContextIndex
 from specchat.engine.cost import AcceptanceModel, CostTable
 from specchat.engine.drafters import EMPTY_DRAFT, NGRAM, STORE, Draft
 from specchat.engine.suffix import (
     CandidateTree,
-    ContextIndex,
     Matches,
     SuffixIndex,
     continuation_tree,
@@ -101,12 +101,15 @@ Models = Callable[[Hashable], AcceptanceModel]
 
 class StoreDrafter:
     """Drafts from a SuffixIndex over the drafting store and the context's own index (see
-    the module docstring): a drafters.Drafter that prices its drafts on `costs`."""
+    the module docstring): a drafters.Drafter that prices its drafts on `costs`. `context`
+    is prompt lookup's index where it keys the store's k-grams (engine/build.py)."""
 
     def __init__(self, index: SuffixIndex, models: Models, costs: CostTable,
-                 branches: int = 1, clock: Callable[[], float] = time.perf_counter) -> None:
+                 branches: int = 1, clock: Callable[[], float] = time.perf_counter,
+                 context: ContextIndex | None = None) -> None:
         self.index = index
-        self.context = ContextIndex(index.n_vocab, index.k)
+        self.context = context if context is not None and context.k == index.k else \
+            ContextIndex(index.k, index.k, index.k)
         self.models = models
         self.costs = costs
         self.clock = clock
@@ -213,7 +216,8 @@ class StoreDrafter:
         self.context.sync(context)
         # This answer's own occurrences first (the most recent), then the store's.
         found = [(m, from_store) for m, from_store in (
-            (self.context.lookup(max_occurrences=MAX_OCCURRENCES, depth=DEPTH), False),
+            (self.context.lookup(max_occurrences=MAX_OCCURRENCES, depth=DEPTH,
+                                 n_vocab=self.index.n_vocab), False),
             (self.index.lookup(context, max_occurrences=MAX_OCCURRENCES, depth=DEPTH), True))
             if m is not None]
         if not found:

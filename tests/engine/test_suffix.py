@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
 from specchat.engine import suffix
+from specchat.engine.contextindex import ContextIndex
 from specchat.engine.suffix import (
     COPY_WINDOW,
     MAX_MATCH,
     SEP,
-    ContextIndex,
     Segment,
     SuffixIndex,
     continuation_tree,
@@ -92,11 +94,14 @@ def test_hostile_segments_give_no_out_of_range_ids_and_no_crash() -> None:
 def test_context_index_matches_brute_force_as_the_context_grows() -> None:
     rng = np.random.default_rng(3)
     tokens = [int(t) for t in rng.integers(0, 5, size=300)]
-    ctx = ContextIndex(n_vocab=5, k=2)
+    ctx = ContextIndex(k=2)
     for n in range(2, len(tokens), 7):
         context = tokens[:n]
         ctx.sync(context)
-        got = ctx.lookup(max_occurrences=10_000, depth=3)
+        ctx.sync(context)  # a second sync of the same context changes nothing
+        pairs = set(pairwise(context))
+        assert all(ctx.has_pair(a, b) == ((a, b) in pairs) for a in range(5) for b in range(5))
+        got = ctx.lookup(max_occurrences=10_000, depth=3, n_vocab=5)
         want = naive_occurrences([context], context, 2, 3)
         if not want:
             assert got is None
@@ -106,7 +111,7 @@ def test_context_index_matches_brute_force_as_the_context_grows() -> None:
         assert sorted(zip(got.length.tolist(), rows, strict=True)) == \
             sorted((m, tuple(c)) for m, c in want)
     ctx.sync([4, 4, 4])  # not an extension: starts over
-    found = ctx.lookup(max_occurrences=10, depth=2)
+    found = ctx.lookup(max_occurrences=10, depth=2, n_vocab=5)
     assert found is not None and found.following.tolist() == [[4, -1]]
 
 
