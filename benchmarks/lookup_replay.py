@@ -81,13 +81,14 @@ def replay_one(item: dict[str, Any], spec: str, price: TablePrices, state: AutoS
     target = StandIn(data.answer, len(data.prompt), data, price, clock, "target")
     options = GenerationOptions(max_tokens=len(data.answer), draft_max=draft_max,
                                 spec=Spec.NGRAM if spec == ORACLE else Spec(spec))
+    hooks = Hooks(clock=clock, auto=state)
     if spec == ORACLE:
         recorded = Recorded(item["question_id"], item["category"], data.prompt, data.answer,
                             "length", None)
         policy: DraftPolicy = oracle_policy(Setup(recorded, data, target, None, clock, options))
     else:
-        policy = make_policy(options, target, None, state)
-    fin = run_answer(target, data.prompt, options, policy, Hooks(clock=clock, auto=state),
+        policy = make_policy(options, target, None, hooks)
+    fin = run_answer(target, data.prompt, options, policy, hooks,
                      data.answer, f"{item['question_id']} under {spec}")
     return len(data.answer), fin.stats.decode_seconds, fin.stats.steps
 
