@@ -237,7 +237,8 @@ class SuffixIndex:
             if hi <= lo:
                 continue
             pos = seg.positions[lo:hi][::-1].astype(np.int64)  # most recent first
-            windows.append(_gather(seg.tokens, pos[:, None] + offsets))
+            # Clipped: the checks below mask whatever fell outside the segment.
+            windows.append(seg.tokens.take(pos[:, None] + offsets, mode="clip"))
             spots.append(pos)
             at_of.append(at)
             sizes.append(hi - lo)
@@ -354,11 +355,6 @@ def _copied(tokens: np.ndarray, pos: np.ndarray, ahead: np.ndarray) -> np.ndarra
     after = cols[None, :-1] > last[:, None]
     out[rows] = (pair[rows] & after).any(axis=1)
     return out
-
-
-def _gather(tokens: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """tokens[idx], indices clipped into range (the caller masks what fell outside)."""
-    return tokens.take(idx, mode="clip")
 
 
 @dataclass(frozen=True)
