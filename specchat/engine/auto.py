@@ -61,7 +61,7 @@ from specchat.engine.draftlength import (
     confidence_bucket,
     longest_useful,
 )
-from specchat.engine.policy import Step
+from specchat.engine.policy import DraftPolicy, Step
 from specchat.engine.storedraft import StoreDrafter
 from specchat.engine.textdraft import TextDrafter
 from specchat.engine.tree import TreeDraft
@@ -195,7 +195,7 @@ class AutoState:
         }
 
 
-class AutoPolicy:
+class AutoPolicy(DraftPolicy):
     """The `auto` draft policy (policy.DraftPolicy): per step, prompt lookup, the draft model,
     the drafting store or a plain step, each with its own k, whichever is expected to give
     the most tokens per second."""

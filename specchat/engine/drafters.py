@@ -84,23 +84,28 @@ class ScoredDraft:
 UNSCORED = ScoredDraft(EMPTY_DRAFT, (), 0)
 
 
-class Drafter(Protocol):
+class Lifecycle(Protocol):
+    """What the loop tells a drafter or a draft policy around its drafts. The defaults keep
+    nothing: one that holds state beyond the context (a draft model's cache) overrides them."""
+
     def prepare(self, context: Sequence[int]) -> None:
         """Take in the prompt before decoding starts (timed with the prompt)."""
-        ...
+        return None
 
+    def committed(self, context: Sequence[int]) -> None:
+        """The loop committed `context`; drop whatever state went beyond it."""
+        return None
+
+    def reset(self, context: Sequence[int]) -> None:
+        """Make the state consistent with `context` trusting nothing (after an exception)."""
+        return None
+
+
+class Drafter(Lifecycle, Protocol):
     def propose(self, context: Sequence[int], k: int,
                 rng: np.random.Generator) -> Draft | TreeDraft:
         """Up to k tokens that may follow `context` (fewer, or none, is allowed); a tree
         only from a drafter made for a target that verifies trees, at most k deep."""
-        ...
-
-    def committed(self, context: Sequence[int]) -> None:
-        """The loop committed `context`; drop whatever state went beyond it."""
-        ...
-
-    def reset(self, context: Sequence[int]) -> None:
-        """Make the state consistent with `context` trusting nothing (after an exception)."""
         ...
 
 
@@ -130,7 +135,7 @@ def fill_cache(model: LogitsModel, tokens: Sequence[int], *, chunk: int = PREFIL
     return total
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(Drafter):
     """Samples k tokens from a small model's warped distribution q, keeping every q row.
 
     Its cache is reused across steps: it holds a prefix of the committed context, so each
@@ -278,7 +283,7 @@ class DraftModelDrafter:
         self._known, self._drafted, self._extra = keep, False, []
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(Drafter):
     """Proposes what followed the longest recent n-gram match in the whole context.
 
     The proposal is a deterministic function of the context, so q is one-hot (None).
@@ -301,9 +306,3 @@ class PromptLookupDrafter:
         with the match's length and ambiguity (what `auto` judges a lookup by)."""
         self.index.sync(context)
         return self.index.latest(k)
-
-    def committed(self, context: Sequence[int]) -> None:
-        return None  # the index only ever holds committed tokens
-
-    def reset(self, context: Sequence[int]) -> None:
-        return None

@@ -31,7 +31,7 @@ import numpy as np
 
 from specchat.engine.contextindex import ContextIndex
 from specchat.engine.cost import AcceptanceModel, CostTable, Shadow
-from specchat.engine.drafters import EMPTY_DRAFT, NGRAM, STORE, Draft
+from specchat.engine.drafters import EMPTY_DRAFT, NGRAM, STORE, Draft, Drafter
 from specchat.engine.suffix import (
     CandidateTree,
     Matches,
@@ -99,7 +99,7 @@ class _Shadow:
 Models = Callable[[Hashable], AcceptanceModel]
 
 
-class StoreDrafter:
+class StoreDrafter(Drafter):
     """Drafts from a SuffixIndex over the drafting store and the context's own index (see
     the module docstring): a drafters.Drafter that prices its drafts on `costs`. `context`
     is prompt lookup's index where it keys the store's k-grams (engine/build.py)."""
@@ -138,9 +138,6 @@ class StoreDrafter:
         self._stale.clear()
         return self._rates
 
-    def prepare(self, context: Sequence[int]) -> None:
-        return None  # the context is indexed as it is drafted from
-
     def propose(self, context: Sequence[int], k: int,
                 rng: np.random.Generator | None = None) -> Draft | TreeDraft:
         """The best draft from the store at most `k` deep with its expected speedup; empty
@@ -155,12 +152,6 @@ class StoreDrafter:
                                   k, self.branches)
         self.lookup_seconds += 0.1 * ((self.clock() - start) - self.lookup_seconds)
         return draft
-
-    def committed(self, context: Sequence[int]) -> None:
-        return None  # the next propose scores the last candidates against `context`
-
-    def reset(self, context: Sequence[int]) -> None:
-        return None
 
     @property
     def last_candidates(self) -> tuple[CandidateTree, np.ndarray, np.ndarray] | None:
