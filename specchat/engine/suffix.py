@@ -180,10 +180,6 @@ class SuffixIndex:
     def empty(self) -> bool:
         return not self.segments
 
-    @property
-    def n_tokens(self) -> int:
-        return sum(len(s) for s in self.segments)
-
     def lookup(self, context: Sequence[int], *, max_occurrences: int = 48,
                depth: int = 16) -> Matches | None:
         """Up to `max_occurrences` most recent occurrences of the context's last k tokens,
