@@ -43,7 +43,8 @@ class ContextIndex:
         self.min_n, self.max_n, self.k = min_n, max_n, k
         self._lengths = sorted({2, k, *range(min_n, max_n + 1)})
         self.tokens: list[int] = []
-        self._at: dict[tuple[int, ...], list[int]] = {}  # n-gram -> its last token's positions
+        # n-gram -> its last token's position(s), oldest first
+        self._at: dict[tuple[int, ...], int | list[int]] = {}
         self._ambiguous: set[tuple[int, ...]] = set()  # n-grams with two continuations
         self._array = np.zeros(1024, dtype=np.int64)  # tokens[:_in_array], for `lookup`
         self._in_array = 0
@@ -67,11 +68,15 @@ class ContextIndex:
                 key = tuple(toks[j - length: j])
                 seen = at.get(key)
                 if seen is None:
-                    at[key] = [j - 1]
+                    at[key] = j - 1  # most n-grams occur once: a list only from the second
                     continue
-                if toks[seen[-1] + 1] != token:
+                last = seen if isinstance(seen, int) else seen[-1]
+                if toks[last + 1] != token:
                     self._ambiguous.add(key)
-                seen.append(j - 1)
+                if isinstance(seen, int):
+                    at[key] = [seen, j - 1]
+                else:
+                    seen.append(j - 1)
             toks.append(token)
 
     def match(self) -> tuple[int, int]:
@@ -81,7 +86,7 @@ class ContextIndex:
         for n in range(min(self.max_n, size - 1), self.min_n - 1, -1):
             seen = self._at.get(tuple(toks[size - n:]))
             if seen is not None:
-                return n, seen[-1] + 1
+                return n, (seen if isinstance(seen, int) else seen[-1]) + 1
         return 0, -1
 
     def ambiguous(self, n: int) -> bool:
@@ -108,9 +113,10 @@ class ContextIndex:
         """Like SuffixIndex.lookup, for the synced context's own last k tokens."""
         n, k = len(self.tokens), self.k
         found = self._at.get(tuple(self.tokens[n - k:])) if n >= k else None
-        if not found:
+        if found is None:
             return None
-        pos = np.asarray(found[-max_occurrences:][::-1], dtype=np.int64)
+        found = [found] if isinstance(found, int) else found[-max_occurrences:]
+        pos = np.asarray(found[::-1], dtype=np.int64)
         return windowed(self._numpy(), pos, depth, n_vocab)
 
     def has_pair(self, first: int, second: int) -> bool:
