@@ -38,8 +38,8 @@ from specchat.bench.standins import PricedClock, Renumbered, StandIn, TablePrice
 from specchat.commands.benchreplay import BUILTIN_RECORDINGS, load_recording
 from specchat.engine.auto import AutoState
 from specchat.engine.build import Hooks, make_policy
+from specchat.engine.contextindex import ContextIndex
 from specchat.engine.cost import CostTable, match_bucket
-from specchat.engine.drafters import NgramIndex
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.policy import DraftPolicy
@@ -83,13 +83,14 @@ def replay_one(item: dict[str, Any], spec: str, price: TablePrices, state: AutoS
     target = StandIn(data.answer, len(data.prompt), data, price, clock, "target")
     options = GenerationOptions(max_tokens=len(data.answer), draft_max=draft_max,
                                 spec=Spec.NGRAM if spec == ORACLE else Spec(spec))
+    hooks = Hooks(clock=clock, auto=state)
     if spec == ORACLE:
         recorded = Recorded(item["question_id"], item["category"], data.prompt, data.answer,
                             "length", None)
         policy: DraftPolicy = oracle_policy(Setup(recorded, data, target, None, clock, options))
     else:
-        policy = make_policy(options, target, None, state)
-    fin = run_answer(target, data.prompt, options, policy, Hooks(clock=clock, auto=state),
+        policy = make_policy(options, target, None, hooks)
+    fin = run_answer(target, data.prompt, options, policy, hooks,
                      data.answer, f"{item['question_id']} under {spec}")
     return len(data.answer), fin.stats.decode_seconds, fin.stats.steps
 
@@ -136,8 +137,9 @@ def lookups(args: argparse.Namespace) -> int:
     match length and by whether the n-gram was seen with different continuations before."""
     tally: dict[tuple[int, bool], list[int]] = {}
     for item in load_items(args.data):
-        index = NgramIndex(2, 5)
-        index.extend(item["prompt"])
+        index = ContextIndex(2, 5)
+        context = list(item["prompt"])
+        index.sync(context)
         for token in item["answer"]:
             n, start = index.match()
             if n:
@@ -148,7 +150,8 @@ def lookups(args: argparse.Namespace) -> int:
                 cell = tally.setdefault((match_bucket(length), index.ambiguous(n)), [0, 0])
                 cell[0] += 1
                 cell[1] += toks[start] == token
-            index.append(token)
+            context.append(token)
+            index.sync(context)
     print("match bucket  n-gram      lookups  first token right")
     for (bucket, ambiguous), (count, right) in sorted(tally.items()):
         kind = "ambiguous" if ambiguous else "one-way"

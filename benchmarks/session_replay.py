@@ -8,10 +8,8 @@ replay harness (a stand-in target that returns the known answer and verifies tre
 clock that charges every verify batch of n tokens what the cost table says). After each request
 its record goes into an in-memory store, as `ask` would write it; `auto` drafts from it from
 the second request on. Speedup = plain decoding's time on that clock over the mode's time,
-from each session's second request on. Almost no timing noise: the one wall-clock reading
-left is the store drafter's own lookup time (engine/history.py times it with
-time.perf_counter, not the loop's clock), which moves `auto` and `chains` by up to ~0.02x in
-a category between runs on a busy machine; the other modes and `oracle` repeat exactly.
+from each session's second request on. No timing noise: the store drafter times its
+lookups on the loop's clock (engine/build.py), so every mode repeats exactly.
 
     python benchmarks/session_replay.py collect OUT.json [SESSIONS.jsonl] -n 256
     python benchmarks/session_replay.py replay OUT.json [--table cpu|gpu|R1,R2,...] [-n 128]
@@ -118,7 +116,7 @@ def replay_session(session: dict[str, Any], mode: str, price: TablePrices, vocab
             policy = oracle_policy(Setup(recorded, data, target, None, clock, options),
                                    store_candidates(SuffixIndex(list(segments), vocab)))
         else:
-            policy = make_policy(options, target, None, state, None, history)
+            policy = make_policy(options, target, None, hooks)
         fin = run_answer(target, prompt, options, policy, hooks, answer,
                          f"{session['session']} under {mode}")
         learnt = state.export_acceptance()

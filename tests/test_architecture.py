@@ -237,7 +237,6 @@ def test_every_python_file_is_checked() -> None:
 # no longer used fails below, so this list only shrinks.
 # Keyed by file name, so that moving a test file keeps its entry.
 AWAITING: dict[str, set[str]] = {
-    "test_suffix.py": {"specchat.engine.suffix._gather", "specchat.engine.suffix._copied"},
     "test_textdraft.py": {"from specchat.backend.loading import _text_vocabs"},
 }
 

@@ -2,7 +2,7 @@
 
 Two processes that each run llama.cpp with every core collapse: its threads meet at a spinning
 barrier after every operation, and a thread that loses its core leaves the others spinning
-(steps 20-50x slower, docs/performance.md). The thread governor (engine/threads.py) finds that
+(steps 20-50x slower, docs/performance.md). The thread governor (backend/threads.py) finds that
 out from step times, but only after a slow step or two, and again at each probe. Processes of
 our own can simply say that they are decoding: each holds an exclusive lock on one slot file
 while an answer runs, and counts the slots others hold. The kernel drops the lock of a process

@@ -31,6 +31,7 @@ from specchat.backend.draftstore import (
 )
 from specchat.backend.promptcache import PromptCache, StatefulModel
 from specchat.backend.structured import Guides, uses_tools, with_format_note
+from specchat.backend.threads import ThreadGovernor
 from specchat.engine.auto import AutoState
 from specchat.engine.build import Hooks, generate
 from specchat.engine.constraint import Constraint
@@ -40,7 +41,6 @@ from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.protocol import LogitsModel, common_prefix
 from specchat.engine.stats import Stats
 from specchat.engine.textdraft import TextVocabs
-from specchat.engine.threads import ThreadGovernor
 from specchat.errors import PromptTooLong, UsageError
 from specchat.fileio import FileIOError
 from specchat.llm.tools import ToolSet

@@ -30,9 +30,9 @@ from specchat.backend.calibration import (
 )
 from specchat.backend.cpushare import CpuShare
 from specchat.backend.flashattn import choice, measure_flash_attn
+from specchat.backend.threads import ThreadGovernor
 from specchat.engine.auto import AutoState
 from specchat.engine.options import Spec
-from specchat.engine.threads import ThreadGovernor
 from specchat.fileio import FileIOError
 from specchat.llm.ggml import default_threads
 from specchat.paths import calibration_file
@@ -150,7 +150,7 @@ def plain_step_reference(tuned: Tuned, auto: AutoState | None) -> tuple[float, b
 
 def thread_governor(tuned: Tuned, reference: Callable[[], tuple[float, bool]],
                     share: CpuShare | None = None) -> ThreadGovernor | None:
-    """Fewer threads while other processes compete for the cores (engine/threads.py); not
+    """Fewer threads while other processes compete for the cores (backend/threads.py); not
     for GPU offload, nor when pinned to one thread, nor with SPECCHAT_FIXED_THREADS=1."""
     settings = tuned.settings
     threads = settings.threads or default_threads()

@@ -41,6 +41,7 @@ from specchat.engine.cost import (
     Candidate,
     Choice,
     CostTable,
+    Shadow,
     choose,
     match_bucket,
 )
@@ -60,8 +61,7 @@ from specchat.engine.draftlength import (
     confidence_bucket,
     longest_useful,
 )
-from specchat.engine.policy import Step
-from specchat.engine.protocol import common_prefix
+from specchat.engine.policy import DraftPolicy, Step
 from specchat.engine.storedraft import StoreDrafter
 from specchat.engine.textdraft import TextDrafter
 from specchat.engine.tree import TreeDraft
@@ -195,7 +195,7 @@ class AutoState:
         }
 
 
-class AutoPolicy:
+class AutoPolicy(DraftPolicy):
     """The `auto` draft policy (policy.DraftPolicy): per step, prompt lookup, the draft model,
     the drafting store or a plain step, each with its own k, whichever is expected to give
     the most tokens per second."""
@@ -214,8 +214,8 @@ class AutoPolicy:
         # How each drafter's last draft went: a draft model's miss says little about the
         # next lookup, and the other way round.
         self._last = {NGRAM: NO_DRAFT_YET, DRAFT: NO_DRAFT_YET}
-        # Lookups auto saw but did not draft: (key, continuation, context length then).
-        self._shadows: list[tuple[Hashable, tuple[int, ...], int]] = []
+        # Lookups auto saw but did not draft, with the key they are scored under.
+        self._shadows: list[tuple[Hashable, Shadow]] = []
         self._confidence: list[float] = []  # the draft model's, per token it drafted last
         self._draft_steps = 0  # how many tokens the draft model drafted last, before its trim
         self._renting = False  # a short prompt's catch-up waits for the rent (_rent_first)
@@ -251,7 +251,7 @@ class AutoPolicy:
         self._key = next((c.key for c in candidates if c.drafter == choice.drafter), None)
         self._drafter = choice.drafter
         if choice.drafter != NGRAM and avail and len(self._shadows) < MAX_SHADOWS:
-            self._shadows.append((candidates[0].key, tuple(avail), len(context)))
+            self._shadows.append((candidates[0].key, Shadow.chain(len(context), avail)))
         if choice.drafter == NGRAM:
             return Draft(tuple(avail[: choice.k]), None, NGRAM)
         if choice.drafter == STORE:
@@ -302,24 +302,18 @@ class AutoPolicy:
             state.trim_steps += TRIM_STEPS_WEIGHT * (self._draft_steps - state.trim_steps)
 
     def _resolve_shadows(self, context: Sequence[int]) -> None:
-        """Score the lookups auto did not draft against what the target then wrote.
-
-        A lookup proposal is a function of the context alone, so whether it would have been
-        accepted can be read off the committed tokens for free, and without this auto never
-        learns that a kind of match it keeps declining would have paid. It is unbiased when
-        sampling too: a one-hot draft token x is accepted with probability p(x), and the
-        target's own token is x with that same probability.
-        """
+        """Score the lookups auto did not draft against what the target then wrote
+        (cost.Shadow), each once the target has missed it or written all of it."""
         pending = []
-        for key, avail, start in self._shadows:
-            if len(context) < start:
+        for key, shadow in self._shadows:
+            if len(context) < shadow.start:
                 continue  # the context was cut back: this lookup no longer applies
-            seen = context[start: start + len(avail)]
-            accepted = common_prefix(avail, seen)
-            if accepted < len(seen) or len(seen) == len(avail):
-                self.state.model(key).observe(len(avail), accepted)
+            levels = shadow.walk(context)
+            accepted = sum(hit >= 0 for _, hit in levels)
+            if (levels and levels[-1][1] < 0) or accepted == len(shadow.tokens):
+                self.state.model(key).observe(len(shadow.tokens), accepted)
             else:
-                pending.append((key, avail, start))
+                pending.append((key, shadow))
         self._shadows = pending
 
     def _draft_model(self, context: Sequence[int], choice: Choice, limit: int,

@@ -49,8 +49,7 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
     more than the padding engine/padding.py can bridge.
     """
     tokens = checked(prompt)
-    policy = make_policy(options, target, draft, hooks.auto, hooks.constraint, hooks.store,
-                         hooks.vocabs)
+    policy = make_policy(options, target, draft, hooks)
     if hooks.costs is None and hooks.auto is not None:
         hooks = dataclasses.replace(hooks, costs=hooks.auto.target_costs)
     return generate_with(target, tokens, options, policy, hooks)
@@ -73,14 +72,14 @@ def make_drafter(options: GenerationOptions, target: LogitsModel, draft: LogitsM
 
 
 def make_policy(options: GenerationOptions, target: LogitsModel, draft: LogitsModel | None,
-                auto: AutoState | None, constraint: Constraint | None = None,
-                store: SuffixIndex | None = None,
-                vocabs: TextVocabs | None = None) -> DraftPolicy:
+                hooks: Hooks = Hooks()) -> DraftPolicy:
     """Plain decoding for `off`; `draft` and `ngram` adapt k up to draft_max (a fixed long
     draft loses badly on CPUs whenever the text stops being predictable, docs/costs.md);
     `auto` chooses per step with measured costs. Under a grammar, the draft model masks its
     rows with it and drafts go through GuidedPolicy (engine/constraint.py). A draft of
-    another vocabulary (`vocabs`) drafts text (TextDrafter), under a grammar unmasked."""
+    another vocabulary (`vocabs`) drafts text (TextDrafter), under a grammar unmasked. The
+    store drafter times its lookups on the loop's clock, so priced replays repeat exactly."""
+    auto, constraint, store, vocabs = hooks.auto, hooks.constraint, hooks.store, hooks.vocabs
     text = None if vocabs is None or draft is None or not options.spec.uses_draft_model \
         else TextDrafter(draft, vocabs)
     drafter: Drafter | None = text
@@ -97,7 +96,7 @@ def make_policy(options: GenerationOptions, target: LogitsModel, draft: LogitsMo
         branches = 1 if constraint is not None or options.logprobs is not None else \
             tree_branches(target)
         earlier = None if store is None or store.empty else StoreDrafter(
-            store, state.model, state.target_costs, branches)
+            store, state.model, state.target_costs, branches, hooks.clock, drafter.index)
         policy = AutoPolicy(state, drafter, model_drafter, options.draft_max, earlier)
     else:
         policy = Adaptive(drafter, options.draft_max)

@@ -18,6 +18,8 @@ import statistics
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 # Batch sizes a cost table is calibrated for (16 drafted tokens plus the last committed one)
 # and draft positions an acceptance model counts apart. Drafts may be longer (draft_max
 # allows 64): a larger batch is priced on the table's last slope, and every position past
@@ -187,6 +189,46 @@ class AcceptanceModel:
             self.trials[idx] += 1
             if pos < accepted:
                 self.hits[idx] += 1
+
+
+@dataclass(frozen=True)
+class Shadow:
+    """Candidates proposed after the first `start` tokens of the context and not verified
+    (or not all of them), as a trie: `parents[i]` is node i's parent (-1: the root's),
+    parents before children. The way both `auto` (undrafted lookups) and the store drafter
+    (every candidate of its last lookup) learn acceptance for free.
+
+    A candidate that is a function of the context alone can be scored against the tokens
+    the target then committed, and without this a kind of candidate that keeps being
+    declined would never show that it pays. It is unbiased when sampling too: a one-hot
+    draft token x is accepted with probability p(x), and the target's own token is x with
+    that same probability.
+    """
+
+    start: int
+    tokens: np.ndarray
+    parents: np.ndarray
+
+    @classmethod
+    def chain(cls, start: int, tokens: Sequence[int]) -> Shadow:
+        return cls(start, np.asarray(tokens), np.arange(-1, len(tokens) - 1))
+
+    def walk(self, context: Sequence[int]) -> list[tuple[list[int], int]]:
+        """Down the trie along what the context committed after `start`: per level
+        reached, the candidates there and the one the target wrote (-1: none, the last
+        level). Stops where the committed tokens or the trie end."""
+        levels: list[tuple[list[int], int]] = []
+        node = -1
+        for token in context[self.start:]:
+            kids = np.flatnonzero(self.parents == node).tolist()
+            if not kids:
+                break
+            hit = next((c for c in kids if self.tokens[c] == token), -1)
+            levels.append((kids, hit))
+            if hit < 0:
+                break
+            node = hit
+        return levels
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from specchat.engine.constraint import Constraint
+from specchat.engine.contextindex import ContextIndex, Lookup
 from specchat.engine.options import SamplingOptions
 from specchat.engine.padding import (
     check_vocab_sizes,
@@ -35,7 +36,6 @@ from specchat.engine.sampling import (
     sample,
     top_probability,
 )
-from specchat.engine.suffix import MAX_MATCH, match_lengths
 from specchat.engine.tree import TreeDraft
 
 
@@ -84,23 +84,28 @@ class ScoredDraft:
 UNSCORED = ScoredDraft(EMPTY_DRAFT, (), 0)
 
 
-class Drafter(Protocol):
+class Lifecycle(Protocol):
+    """What the loop tells a drafter or a draft policy around its drafts. The defaults keep
+    nothing: one that holds state beyond the context (a draft model's cache) overrides them."""
+
     def prepare(self, context: Sequence[int]) -> None:
         """Take in the prompt before decoding starts (timed with the prompt)."""
-        ...
+        return None
 
+    def committed(self, context: Sequence[int]) -> None:
+        """The loop committed `context`; drop whatever state went beyond it."""
+        return None
+
+    def reset(self, context: Sequence[int]) -> None:
+        """Make the state consistent with `context` trusting nothing (after an exception)."""
+        return None
+
+
+class Drafter(Lifecycle, Protocol):
     def propose(self, context: Sequence[int], k: int,
                 rng: np.random.Generator) -> Draft | TreeDraft:
         """Up to k tokens that may follow `context` (fewer, or none, is allowed); a tree
         only from a drafter made for a target that verifies trees, at most k deep."""
-        ...
-
-    def committed(self, context: Sequence[int]) -> None:
-        """The loop committed `context`; drop whatever state went beyond it."""
-        ...
-
-    def reset(self, context: Sequence[int]) -> None:
-        """Make the state consistent with `context` trusting nothing (after an exception)."""
         ...
 
 
@@ -130,7 +135,7 @@ def fill_cache(model: LogitsModel, tokens: Sequence[int], *, chunk: int = PREFIL
     return total
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(Drafter):
     """Samples k tokens from a small model's warped distribution q, keeping every q row.
 
     Its cache is reused across steps: it holds a prefix of the committed context, so each
@@ -278,101 +283,18 @@ class DraftModelDrafter:
         self._known, self._drafted, self._extra = keep, False, []
 
 
-@dataclass(frozen=True)
-class Lookup:
-    """What prompt lookup found for the context's suffix (NgramIndex.lookup)."""
-
-    tokens: list[int]  # what followed the most recent earlier match ([]: none)
-    length: int  # how many tokens the match really spans (0 when ambiguous or none)
-    ambiguous: bool  # the matched n-gram was followed by different tokens before
-
-
-NO_LOOKUP = Lookup([], 0, False)
-
-
-class NgramIndex:
-    """The most recent earlier occurrence of every n-gram (min_n <= n <= max_n).
-
-    An n-gram is indexed only once a token follows it, so a lookup of the context's own
-    suffix finds an earlier occurrence with a continuation, never itself. Appending costs
-    O(max_n - min_n + 1) dict updates; a lookup the same: no rescan of long contexts.
-    """
-
-    def __init__(self, min_n: int = 2, max_n: int = 4) -> None:
-        if not 1 <= min_n <= max_n:
-            raise ValueError(f"need 1 <= min_n <= max_n, got {min_n}, {max_n}")
-        self.min_n = min_n
-        self.max_n = max_n
-        self.tokens: list[int] = []
-        self._next: dict[tuple[int, ...], int] = {}  # n-gram -> where its continuation starts
-        # N-grams seen followed by two different tokens: their lookups rarely hold (one in
-        # five here, against one in two or better for n-grams with a single continuation).
-        self._ambiguous: set[tuple[int, ...]] = set()
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def append(self, token: int) -> None:
-        toks, j, token = self.tokens, len(self.tokens), int(token)
-        for n in range(self.min_n, min(self.max_n, j) + 1):
-            key = tuple(toks[j - n: j])
-            before = self._next.get(key)
-            if before is not None and toks[before] != token:
-                self._ambiguous.add(key)
-            self._next[key] = j
-        toks.append(token)
-
-    def extend(self, tokens: Sequence[int]) -> None:
-        for t in tokens:
-            self.append(t)
-
-    def match(self) -> tuple[int, int]:
-        """(n, start) for the longest suffix n-gram seen before; start is where its most
-        recent earlier occurrence continues. (0, -1) when there is none."""
-        toks, size = self.tokens, len(self.tokens)
-        for n in range(min(self.max_n, size - 1), self.min_n - 1, -1):
-            start = self._next.get(tuple(toks[size - n:]))
-            if start is not None:
-                return n, start
-        return 0, -1
-
-    def ambiguous(self, n: int) -> bool:
-        """Whether the context's last n tokens were followed by different tokens before."""
-        return tuple(self.tokens[len(self.tokens) - n:]) in self._ambiguous
-
-    def lookup(self, k: int) -> Lookup:
-        """The continuation(k), with how long the match really is (followed back up to
-        suffix.MAX_MATCH tokens: the index keys only max_n) unless the matched n-gram is
-        ambiguous (then 0)."""
-        n, start = self.match()
-        if not n:
-            return NO_LOOKUP
-        toks = self.tokens
-        if self.ambiguous(n):
-            return Lookup(toks[start: start + k], 0, True)
-        back = np.full((1, MAX_MATCH), -1, dtype=np.int64)
-        before = toks[max(0, start - MAX_MATCH): start][::-1]
-        back[0, : len(before)] = before
-        length = int(match_lengths(back, np.asarray(toks[-MAX_MATCH:], dtype=np.int64))[0])
-        return Lookup(toks[start: start + k], length, False)
-
-    def continuation(self, k: int) -> list[int]:
-        """Up to k tokens that followed the longest earlier match of the suffix."""
-        n, start = self.match()
-        return self.tokens[start: start + k] if n else []
-
-
-class PromptLookupDrafter:
+class PromptLookupDrafter(Drafter):
     """Proposes what followed the longest recent n-gram match in the whole context.
 
     The proposal is a deterministic function of the context, so q is one-hot (None).
     """
 
     def __init__(self, min_match: int = 2, max_match: int = 4) -> None:
-        self.index = NgramIndex(min_match, max(min_match, max_match))
+        # Shared with the store drafter where `auto` drafts from the store (engine/build.py).
+        self.index = ContextIndex(min_match, max(min_match, max_match))
 
     def prepare(self, context: Sequence[int]) -> None:
-        self._sync(context)
+        self.index.sync(context)
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> Draft:
         if k <= 0:
@@ -382,20 +304,5 @@ class PromptLookupDrafter:
     def lookup(self, context: Sequence[int], k: int) -> Lookup:
         """Up to k tokens that followed the longest earlier match of the context's suffix,
         with the match's length and ambiguity (what `auto` judges a lookup by)."""
-        self._sync(context)
-        return self.index.lookup(k)
-
-    def committed(self, context: Sequence[int]) -> None:
-        return None  # the index only ever holds committed tokens
-
-    def reset(self, context: Sequence[int]) -> None:
-        return None
-
-    def _sync(self, context: Sequence[int]) -> None:
-        idx = self.index
-        n = len(idx)
-        # The context only grows during an answer; anything else means start over.
-        if n > len(context) or (n and context[n - 1] != idx.tokens[-1]):
-            self.index = idx = NgramIndex(idx.min_n, idx.max_n)
-            n = 0
-        idx.extend(context[n:])
+        self.index.sync(context)
+        return self.index.latest(k)

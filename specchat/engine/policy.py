@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from specchat.engine.constraint import Constraint
-from specchat.engine.drafters import EMPTY_DRAFT, GRAMMAR, Draft, Drafter
+from specchat.engine.drafters import EMPTY_DRAFT, GRAMMAR, Draft, Drafter, Lifecycle
 from specchat.engine.tree import TreeDraft
 
 
@@ -40,11 +40,7 @@ class Step:
 StepListener = Callable[[Step], None]
 
 
-class DraftPolicy(Protocol):
-    def prepare(self, context: Sequence[int]) -> None:
-        """Take in the prompt before decoding starts (timed with the prompt)."""
-        ...
-
+class DraftPolicy(Lifecycle, Protocol):
     def propose(self, context: Sequence[int], limit: int,
                 rng: np.random.Generator) -> Draft | TreeDraft:
         """At most `limit` tokens to verify after `context` (none: a plain step); a tree
@@ -54,37 +50,17 @@ class DraftPolicy(Protocol):
 
     def observe(self, step: Step) -> None:
         """How the step this policy proposed for went."""
-        ...
-
-    def committed(self, context: Sequence[int]) -> None:
-        """The loop committed `context`; drop whatever state went beyond it."""
-        ...
-
-    def reset(self, context: Sequence[int]) -> None:
-        """Make the state consistent with `context` trusting nothing (after an exception)."""
-        ...
-
-
-class Plain:
-    """Never drafts: plain decoding through the same loop (`off`, or draft_max 0)."""
-
-    def prepare(self, context: Sequence[int]) -> None:
         return None
+
+
+class Plain(DraftPolicy):
+    """Never drafts: plain decoding through the same loop (`off`, or draft_max 0)."""
 
     def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
         return EMPTY_DRAFT
 
-    def observe(self, step: Step) -> None:
-        return None
 
-    def committed(self, context: Sequence[int]) -> None:
-        return None
-
-    def reset(self, context: Sequence[int]) -> None:
-        return None
-
-
-class Adaptive:
+class Adaptive(DraftPolicy):
     """One drafter, always asked (the `draft` and `ngram` modes). Its k doubles after a fully
     accepted draft (up to k_max) and drops to accepted + 1 after a rejection: long drafts
     while copying, short ones otherwise, since on CPUs every rejected token costs most of a
@@ -121,7 +97,7 @@ class Adaptive:
         self.drafter.reset(context)
 
 
-class GuidedPolicy:
+class GuidedPolicy(DraftPolicy):
     """A draft policy under a grammar: the grammar's forced tokens are drafted first (they
     cost nothing to propose), anything else the inner policy proposes is cut at the first
     forbidden token. The inner policy hears only about the steps it proposed."""

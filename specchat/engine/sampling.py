@@ -74,16 +74,6 @@ def _penalize(seen: np.ndarray, penalty: float) -> np.ndarray:
     return np.where(seen > 0, seen / penalty, seen * penalty)
 
 
-def repeat_penalty(logits: np.ndarray, recent: Sequence[int], penalty: float) -> np.ndarray:
-    """The penalized logits (a new array; the input is left alone)."""
-    if penalty == 1.0 or not len(recent):
-        return logits
-    ids = np.asarray(recent, dtype=np.intp)
-    out = logits.copy()
-    out[ids] = _penalize(logits[ids], penalty)
-    return out
-
-
 def _scratch(n: int, slot: int) -> np.ndarray:
     """A reused float64 work row: fresh 1.2 MB arrays per row cost page faults that, on the
     small VMs specchat targets, outweigh the arithmetic."""

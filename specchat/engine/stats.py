@@ -201,22 +201,11 @@ class StatsBuilder:
         self.accept_length_hist[accepted] += 1
 
     def snapshot(self, decode_seconds: float) -> Stats:
-        return Stats(
-            mode=self.mode, prompt_tokens=self.prompt_tokens, prompt_cached=self.prompt_cached,
-            prompt_restored=self.prompt_restored, prompt_seconds=self.prompt_seconds,
-            first_token_seconds=self.first_token_seconds, generated=self.generated,
-            steps=self.steps,
-            steps_drafted=self.steps - self.steps_empty, steps_empty=self.steps_empty,
-            drafted=self.drafted, accepted=self.accepted,
-            drafted_by_position=tuple(self.drafted_by_position),
-            accepted_by_position=tuple(self.accepted_by_position),
-            accept_length_hist=tuple(self.accept_length_hist),
-            draft_seconds=self.draft_seconds, verify_seconds=self.verify_seconds,
-            sample_seconds=self.sample_seconds, decode_seconds=decode_seconds,
-            last_k=self.last_k, plain_step_seconds=self.plain_step_seconds,
-            plain_steps=self.plain_steps, plain_seconds=self.plain_seconds,
-            sources=tuple((name, c[0], c[1], c[2]) for name, c in sorted(self.sources.items())),
-        )
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values = {name: tuple(v) if isinstance(v, list) else v for name, v in values.items()}
+        values["sources"] = tuple((name, *c) for name, c in sorted(self.sources.items()))
+        return Stats(**values, steps_drafted=self.steps - self.steps_empty,
+                     decode_seconds=decode_seconds)
 
 
 def _grow(values: list[int], size: int) -> None:

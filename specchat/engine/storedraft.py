@@ -9,8 +9,8 @@ table): one earlier answer that went on with "x" says less than three that all d
 node is calibrated by what was observed for its kind (match-length bucket x support class):
 P(the target writes this node's token | it wrote the parent's). Those observations cost
 nothing: the candidates are a function of the context, so the tokens the target then
-commits score every candidate of the last lookup, drafted or not (the same argument as
-auto's shadow scoring of lookups).
+commits score every candidate of the last lookup, drafted or not (cost.Shadow, as `auto`
+scores the lookups it did not draft).
 
 From the calibrated nodes `propose` takes the subtree that maximises expected tokens per
 second on the cost table: nodes by the probability of reaching them, one at a time, as long
@@ -29,11 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specchat.engine.cost import AcceptanceModel, CostTable
-from specchat.engine.drafters import EMPTY_DRAFT, NGRAM, STORE, Draft
+from specchat.engine.contextindex import ContextIndex
+from specchat.engine.cost import AcceptanceModel, CostTable, Shadow
+from specchat.engine.drafters import EMPTY_DRAFT, NGRAM, STORE, Draft, Drafter
 from specchat.engine.suffix import (
     CandidateTree,
-    ContextIndex,
     Matches,
     SuffixIndex,
     continuation_tree,
@@ -89,7 +89,7 @@ def store_prior(bucket: int, support: int) -> float:
 class _Shadow:
     """The candidates of the last lookup, to be scored against what the target wrote."""
 
-    start: int  # len(context) when they were proposed
+    shadow: Shadow
     tree: CandidateTree
     bucket: np.ndarray  # calibration key of every node: (length bucket, support class)
     support: np.ndarray
@@ -99,14 +99,17 @@ class _Shadow:
 Models = Callable[[Hashable], AcceptanceModel]
 
 
-class StoreDrafter:
+class StoreDrafter(Drafter):
     """Drafts from a SuffixIndex over the drafting store and the context's own index (see
-    the module docstring): a drafters.Drafter that prices its drafts on `costs`."""
+    the module docstring): a drafters.Drafter that prices its drafts on `costs`. `context`
+    is prompt lookup's index where it keys the store's k-grams (engine/build.py)."""
 
     def __init__(self, index: SuffixIndex, models: Models, costs: CostTable,
-                 branches: int = 1, clock: Callable[[], float] = time.perf_counter) -> None:
+                 branches: int = 1, clock: Callable[[], float] = time.perf_counter,
+                 context: ContextIndex | None = None) -> None:
         self.index = index
-        self.context = ContextIndex(index.n_vocab, index.k)
+        self.context = context if context is not None and context.k == index.k else \
+            ContextIndex(index.k, index.k, index.k)
         self.models = models
         self.costs = costs
         self.clock = clock
@@ -135,9 +138,6 @@ class StoreDrafter:
         self._stale.clear()
         return self._rates
 
-    def prepare(self, context: Sequence[int]) -> None:
-        return None  # the context is indexed as it is drafted from
-
     def propose(self, context: Sequence[int], k: int,
                 rng: np.random.Generator | None = None) -> Draft | TreeDraft:
         """The best draft from the store at most `k` deep with its expected speedup; empty
@@ -153,12 +153,6 @@ class StoreDrafter:
         self.lookup_seconds += 0.1 * ((self.clock() - start) - self.lookup_seconds)
         return draft
 
-    def committed(self, context: Sequence[int]) -> None:
-        return None  # the next propose scores the last candidates against `context`
-
-    def reset(self, context: Sequence[int]) -> None:
-        return None
-
     @property
     def last_candidates(self) -> tuple[CandidateTree, np.ndarray, np.ndarray] | None:
         """The last lookup's trie with each node's length bucket and support class (for
@@ -171,29 +165,18 @@ class StoreDrafter:
         """Score the last lookup's candidates against the tokens committed since: each child
         of a node the target reached is one trial for its kind, a hit when it is the token
         the target wrote there."""
-        shadow, self._shadow = self._shadow, None
-        if shadow is None or len(context) <= shadow.start:
+        last, self._shadow = self._shadow, None
+        if last is None or len(context) <= last.shadow.start:
             return
-        tree = shadow.tree
         self._hits *= FIT_DECAY
         self._predicted *= FIT_DECAY
-        node = -1
-        for token in context[shadow.start:]:
-            kids = np.flatnonzero(tree.parent == node)
-            if not len(kids):
-                return
-            hit = -1
+        for kids, hit in last.shadow.walk(context):
             for c in kids:
-                ok = int(tree.tokens[c]) == token
-                key = (int(shadow.bucket[c]), int(shadow.support[c]))
-                self.models(self.key(*key)).observe(1, int(ok))
+                key = (int(last.bucket[c]), int(last.support[c]))
+                self.models(self.key(*key)).observe(1, int(c == hit))
                 self._stale.add(key)
-                self._hits += ok
-                self._predicted += float(shadow.predicted[c])
-                hit = int(c) if ok else hit
-            if hit < 0:
-                return
-            node = hit
+                self._hits += c == hit
+                self._predicted += float(last.predicted[c])
 
     def _variable(self, m: Matches, candidates: np.ndarray) -> np.ndarray:
         """Which of `candidates` (occurrences in the store) are followed by two tokens their
@@ -213,7 +196,8 @@ class StoreDrafter:
         self.context.sync(context)
         # This answer's own occurrences first (the most recent), then the store's.
         found = [(m, from_store) for m, from_store in (
-            (self.context.lookup(max_occurrences=MAX_OCCURRENCES, depth=DEPTH), False),
+            (self.context.lookup(max_occurrences=MAX_OCCURRENCES, depth=DEPTH,
+                                 n_vocab=self.index.n_vocab), False),
             (self.index.lookup(context, max_occurrences=MAX_OCCURRENCES, depth=DEPTH), True))
             if m is not None]
         if not found:
@@ -241,7 +225,8 @@ class StoreDrafter:
         fit = (self._hits + FIT_PRIOR) / (self._predicted + FIT_PRIOR)
         rates = np.minimum(self.rates()[bucket, support] * min(fit, 1.0), 0.99)
         cond, reach = _reach(tree, rates)
-        return _Shadow(len(context), tree, bucket, support, cond), reach
+        shadow = Shadow(len(context), tree.tokens, tree.parent)
+        return _Shadow(shadow, tree, bucket, support, cond), reach
 
 
 def _reach(tree: CandidateTree, rates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

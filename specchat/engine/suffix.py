@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from itertools import pairwise
 
 import numpy as np
 
@@ -181,10 +180,6 @@ class SuffixIndex:
     def empty(self) -> bool:
         return not self.segments
 
-    @property
-    def n_tokens(self) -> int:
-        return sum(len(s) for s in self.segments)
-
     def lookup(self, context: Sequence[int], *, max_occurrences: int = 48,
                depth: int = 16) -> Matches | None:
         """Up to `max_occurrences` most recent occurrences of the context's last k tokens,
@@ -238,7 +233,8 @@ class SuffixIndex:
             if hi <= lo:
                 continue
             pos = seg.positions[lo:hi][::-1].astype(np.int64)  # most recent first
-            windows.append(_gather(seg.tokens, pos[:, None] + offsets))
+            # Clipped: the checks below mask whatever fell outside the segment.
+            windows.append(seg.tokens.take(pos[:, None] + offsets, mode="clip"))
             spots.append(pos)
             at_of.append(at)
             sizes.append(hi - lo)
@@ -300,66 +296,15 @@ class _Windows:
     position: np.ndarray
 
 
-class ContextIndex:
-    """The k-grams of the context (prompt and answer so far), kept as it grows: the same
-    lookups as SuffixIndex, over the tokens of this answer. A k-gram is indexed once a token
-    follows it, so the context's own suffix never matches itself."""
-
-    def __init__(self, n_vocab: int, k: int = KEY_LEN) -> None:
-        self.n_vocab = n_vocab
-        self.k = k
-        self._buf = np.zeros(1024, dtype=np.int64)
-        self._n = 0
-        self._at: dict[tuple[int, ...], list[int]] = {}
-        self._pairs: set[tuple[int, int]] = set()  # every two adjacent tokens
-
-    def sync(self, context: Sequence[int]) -> None:
-        """Take in what the context gained; start over if it is not an extension."""
-        n = self._n
-        if n > len(context) or (n and context[n - 1] != self._buf[n - 1]):
-            self._n, self._at, self._pairs, n = 0, {}, set(), 0
-        if len(context) > len(self._buf):
-            grown = np.zeros(max(len(context), 2 * len(self._buf)), dtype=np.int64)
-            grown[:n] = self._buf[:n]
-            self._buf = grown
-        self._buf[n:len(context)] = context[n:]
-        k, at, buf = self.k, self._at, self._buf
-        for j in range(max(n, k), len(context)):
-            at.setdefault(tuple(buf[j - k:j].tolist()), []).append(j - 1)
-        new = buf[max(n - 1, 0):len(context)].tolist()
-        self._pairs.update(pairwise(new))
-        self._n = len(context)
-
-    def lookup(self, *, max_occurrences: int, depth: int) -> Matches | None:
-        """Like SuffixIndex.lookup, for the synced context's own suffix."""
-        n, k = self._n, self.k
-        if n < k:
-            return None
-        found = self._at.get(tuple(self._buf[n - k:n].tolist()))
-        if not found:
-            return None
-        pos = np.asarray(found[-max_occurrences:][::-1], dtype=np.int64)
-        tokens = self._buf[:n]
-        return _occurrences(tokens, pos, tokens[-MAX_MATCH:], depth, self.n_vocab, -1)
-
-    def has_pair(self, first: int, second: int) -> bool:
-        """Whether these two tokens occur next to each other in the context."""
-        return (int(first), int(second)) in self._pairs
-
-
-def _occurrences(tokens: np.ndarray, pos: np.ndarray, tail: np.ndarray, depth: int,
-                 n_vocab: int, segment: int) -> Matches:
-    """Match length, continuation and text hash of each position (see Matches)."""
-    both = _window(tokens, pos[:, None] + np.arange(-MAX_MATCH + 1, depth + 1)[None, :])
-    return _measured(both, tail, n_vocab, np.full(len(pos), segment), pos)
-
-
-def _measured(both: np.ndarray, tail: np.ndarray, n_vocab: int, segment: np.ndarray,
-              pos: np.ndarray) -> Matches:
-    """Matches from each occurrence's window (newest first): the MAX_MATCH tokens up to it,
-    then the tokens after it. `both` is changed in place."""
+def windowed(tokens: np.ndarray, pos: np.ndarray, depth: int, n_vocab: int) -> Matches:
+    """The Matches of earlier positions of the context `tokens` (newest first) against the
+    context's own suffix (segment -1: the context; contextindex.ContextIndex.lookup)."""
+    idx = pos[:, None] + np.arange(-MAX_MATCH + 1, depth + 1)[None, :]
+    both = tokens.take(idx, mode="clip").astype(np.int64)
+    both[(idx < 0) | (idx >= len(tokens))] = -1
     back, ahead, text = _prepared(both, n_vocab)
-    return Matches(match_lengths(back, tail), ahead, text, segment, pos)
+    return Matches(match_lengths(back, tokens[-MAX_MATCH:]), ahead, text,
+                   np.full(len(pos), -1), pos)
 
 
 def _prepared(both: np.ndarray, n_vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -405,18 +350,6 @@ def _copied(tokens: np.ndarray, pos: np.ndarray, ahead: np.ndarray) -> np.ndarra
     last = boundary.max(axis=1)  # 1-based column of the last boundary, 0 if none
     after = cols[None, :-1] > last[:, None]
     out[rows] = (pair[rows] & after).any(axis=1)
-    return out
-
-
-def _gather(tokens: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """tokens[idx], indices clipped into range (the caller masks what fell outside)."""
-    return tokens.take(idx, mode="clip")
-
-
-def _window(tokens: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """tokens[idx] as int64, -1 where idx falls outside the array (SEP stays as it is)."""
-    out = tokens.take(idx, mode="clip").astype(np.int64)
-    out[(idx < 0) | (idx >= len(tokens))] = -1
     return out
 
 

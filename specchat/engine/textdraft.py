@@ -32,6 +32,7 @@ from specchat.engine.drafters import (
     DRAFT,
     UNSCORED,
     Draft,
+    Drafter,
     ScoredDraft,
     StopRule,
     fill_cache,
@@ -243,7 +244,7 @@ class _Scoring:
         return ScoredDraft(draft, tuple(self.confidence[:n]), self.evals)
 
 
-class TextDrafter:
+class TextDrafter(Drafter):
     """Proposes the target tokens of a draft model's greedy text (a one-hot q).
 
     Has what `auto` asks of a draft model's drafter (auto.py): `model`, `blind`, `lag` and
@@ -335,9 +336,3 @@ class TextDrafter:
                 break
             out = target.piece(token) + out
         return out
-
-    def committed(self, context: Sequence[int]) -> None:
-        return None  # every propose compares the cache with the context's tokens
-
-    def reset(self, context: Sequence[int]) -> None:
-        return None

@@ -59,10 +59,6 @@ class TreeDraft:
         return self._children.get(node, [])
 
     @property
-    def is_chain(self) -> bool:
-        return all(p == i - 1 for i, p in enumerate(self.parents))
-
-    @property
     def depth(self) -> int:
         """Nodes on the longest root-to-leaf path."""
         depths: list[int] = []

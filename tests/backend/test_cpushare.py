@@ -12,7 +12,7 @@ from pathlib import Path
 
 from specchat.backend.cpushare import CpuShare
 from specchat.backend.local import Runtime
-from specchat.engine.threads import SHARE_EVERY, ThreadGovernor
+from specchat.backend.threads import SHARE_EVERY, ThreadGovernor
 
 
 def test_each_decoding_process_is_counted_and_the_cores_are_split(tmp_path: Path) -> None:

@@ -30,8 +30,8 @@ from specchat.backend.calibration import (
     sample_costs,
 )
 from specchat.backend.flashattn import choice, measure_flash_attn
+from specchat.backend.threads import WINDOW, ThreadGovernor
 from specchat.backend.tuning import Calibration, Tuned, flash_attn_for, measured_auto_state
-from specchat.engine.threads import WINDOW, ThreadGovernor
 from specchat.settings.load import LoadSettings
 from tests.support.fake_runtime import fake_model
 from tests.support.fakes import FakeModel

@@ -29,6 +29,7 @@ from specchat.engine.cost import (
     AcceptanceModel,
     Candidate,
     CostTable,
+    Shadow,
     choose,
     match_bucket,
 )
@@ -364,3 +365,14 @@ def test_a_draft_model_miss_says_nothing_about_the_next_lookup() -> None:
     policy._key, policy._drafter = ("ngram", 3, NO_DRAFT_YET), "ngram"
     policy.observe(step(4, 4))
     assert policy._last == {"ngram": LAST_FULL, "draft": LAST_FAILED}
+
+
+def test_a_shadow_walks_the_committed_tokens_down_its_trie_until_a_miss() -> None:
+    # 5 -> (6 -> 7 | 8): the root has one child, 5 has two.
+    shadow = Shadow(2, np.array([5, 6, 8, 7]), np.array([-1, 0, 0, 1]))
+    assert shadow.walk([0, 0]) == []  # nothing committed since
+    assert shadow.walk([0, 0, 5, 6, 7, 1]) == [([0], 0), ([1, 2], 1), ([3], 3)]
+    assert shadow.walk([0, 0, 5, 9, 7]) == [([0], 0), ([1, 2], -1)]
+    chain = Shadow.chain(1, [3, 4])
+    assert chain.walk([0, 3]) == [([0], 0)]  # more may follow: the caller waits
+    assert chain.walk([0, 3, 4, 5]) == [([0], 0), ([1], 1)]

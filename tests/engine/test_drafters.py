@@ -7,12 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specchat.engine.drafters import (
-    DraftModelDrafter,
-    NgramIndex,
-    PromptLookupDrafter,
-    fill_cache,
-)
+from specchat.engine.contextindex import ContextIndex
+from specchat.engine.drafters import DraftModelDrafter, PromptLookupDrafter, fill_cache
 from specchat.engine.options import SamplingOptions
 from specchat.engine.sampling import probs, recent_window
 from tests.support.fakes import FakeModel
@@ -32,14 +28,14 @@ def brute_match(tokens: Sequence[int], min_n: int, max_n: int) -> tuple[int, int
 def test_ngram_index_agrees_with_brute_force_after_every_append() -> None:
     rng = np.random.default_rng(0)
     for min_n, max_n, vocab in [(1, 3, 3), (2, 4, 4), (3, 5, 2), (2, 2, 5)]:
-        index = NgramIndex(min_n, max_n)
+        index = ContextIndex(min_n, max_n)
         seq: list[int] = []
         for t in rng.integers(0, vocab, size=300):
-            index.append(int(t))
             seq.append(int(t))
+            index.sync(seq)
             assert index.match() == brute_match(seq, min_n, max_n), (min_n, max_n, seq)
             n, start = index.match()
-            assert index.continuation(4) == (seq[start: start + 4] if n else [])
+            assert index.latest(4).tokens == (seq[start: start + 4] if n else [])
 
 
 def test_ngram_index_stays_fast_on_a_100k_token_context() -> None:
@@ -47,18 +43,21 @@ def test_ngram_index_stays_fast_on_a_100k_token_context() -> None:
     # 100k appends with a lookup after each one must finish in well under a second or two.
     rng = np.random.default_rng(1)
     tokens = rng.integers(0, 5000, size=100_000).tolist()
-    index = NgramIndex(2, 5)
+    index = ContextIndex(2, 5)
     start = time.perf_counter()
     found = 0
+    seq: list[int] = []
     for t in tokens:
-        index.append(t)
+        seq.append(t)
+        index.sync(seq)
         found += index.match()[0] > 0
     elapsed = time.perf_counter() - start
     print(f"100k appends + lookups: {elapsed:.2f}s, {found} matches")
     assert len(index) == 100_000
     # The most recent occurrence wins: plant one far back and one recent copy.
-    index.extend([7, 8, 9, 1, 2, 3] + [11] * 10 + [7, 8, 9, 4, 5] + [12] * 10 + [7, 8, 9])
-    assert index.continuation(2) == [4, 5]
+    seq += [7, 8, 9, 1, 2, 3] + [11] * 10 + [7, 8, 9, 4, 5] + [12] * 10 + [7, 8, 9]
+    index.sync(seq)
+    assert index.latest(2).tokens == [4, 5]
 
 
 def test_prompt_lookup_proposes_the_continuation_of_the_longest_match() -> None:
@@ -153,11 +152,15 @@ def test_fill_cache_reuses_the_common_prefix() -> None:
 
 
 def test_ngram_index_marks_ngrams_seen_with_two_continuations() -> None:
-    index = NgramIndex(2, 4)
-    index.extend([1, 2, 3, 9, 1, 2, 3])
+    index = ContextIndex(2, 4)
+    seq = [1, 2, 3, 9, 1, 2, 3]
+    index.sync(seq)
     assert index.match() == (3, 3) and not index.ambiguous(3)  # "1 2 3" was followed by 9 only
-    index.extend([7, 1, 2, 3])  # now "1 2 3" has been followed by 9 and by 7
+    seq += [7, 1, 2, 3]  # now "1 2 3" has been followed by 9 and by 7
+    index.sync(seq)
     assert index.ambiguous(3) and index.ambiguous(2)
-    assert index.continuation(1) == [7]  # the most recent continuation is still proposed
-    index.extend([5, 5])
+    assert index.latest(1).tokens == [7]  # the most recent continuation is still proposed
+    assert index.latest(1).ambiguous and index.latest(1).length == 0
+    seq += [5, 5]
+    index.sync(seq)
     assert not index.ambiguous(2)  # "5 5" has no continuation yet at all

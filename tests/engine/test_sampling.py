@@ -13,7 +13,6 @@ from specchat.engine.sampling import (
     greedy_token,
     probs,
     recent_window,
-    repeat_penalty,
     sample,
 )
 
@@ -72,10 +71,14 @@ def test_probs_match_the_reference_chain_on_random_inputs() -> None:
 
 def test_repeat_penalty_is_llama_cpp_rule() -> None:
     logits = np.array([2.0, -2.0, 1.0, 0.0, 3.0])
-    out = repeat_penalty(logits, [0, 1, 3, 0, 0], 2.0)  # repeats count once
-    np.testing.assert_allclose(out, [1.0, -4.0, 1.0, 0.0, 3.0])
+    opts = SamplingOptions(temperature=1.0, repeat_penalty=2.0)
+    out = probs(logits, [0, 1, 3, 0, 0], opts)  # repeats count once
+    want = np.exp([1.0, -4.0, 1.0, 0.0, 3.0])
+    np.testing.assert_allclose(out, want / want.sum())
     assert logits[0] == 2.0  # input untouched
-    assert repeat_penalty(logits, [0], 1.0) is logits
+    assert greedy_token(np.array([2.0, 3.0]), [1], opts) == 0  # 3 / 2 < 2
+    np.testing.assert_allclose(probs(logits, [0], SamplingOptions(temperature=1.0)),
+                               np.exp(logits) / np.exp(logits).sum())
 
 
 def test_penalty_window_is_the_last_n_tokens_of_context_plus_drafts() -> None:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from specchat.engine.auto import CPU_RATIOS, AutoState
-from specchat.engine.build import Hooks, generate
+from specchat.engine.auto import CPU_RATIOS, AutoPolicy, AutoState
+from specchat.engine.build import Hooks, generate, make_policy
 from specchat.engine.cost import AcceptanceModel, CostTable
 from specchat.engine.drafters import STORE, Draft
 from specchat.engine.events import Finished
@@ -221,3 +221,19 @@ def test_under_a_grammar_store_drafts_are_chains_and_change_nothing(
     assert list(fin.tokens) == list(plain.tokens)
     assert fin.stats.to_dict()["sources"][STORE]["accepted"] > 0
     assert target.tree_calls == []
+
+
+def test_the_store_drafter_times_its_lookups_on_the_loops_clock() -> None:
+    """A priced replay's clock stands still while nothing is charged: the store's lookups
+    cost nothing on it, so a replay with the store repeats exactly (benchmarks/
+    session_replay.py)."""
+    answer = list(range(10, 40))
+    store = SuffixIndex([Segment.of_records([[*PROMPT, *answer]] * 3)], n_vocab=50)
+    hooks = Hooks(auto=AutoState(target_costs=fixed(GPU)), store=store, clock=lambda: 7.0)
+    policy = make_policy(GenerationOptions(spec="auto"), FakeModel(50), None, hooks)
+    assert isinstance(policy, AutoPolicy) and policy.store is not None
+    for n in range(3, 20):
+        policy.propose([9, *PROMPT, *answer[:n]], 8, np.random.default_rng(0))
+    assert policy.store.lookup_seconds == 0.0
+    # Shared with prompt lookup: one index of the context.
+    assert policy.store.context is policy.ngram.index

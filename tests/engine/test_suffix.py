@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
-from specchat.engine import suffix
+from specchat.engine.contextindex import ContextIndex
 from specchat.engine.suffix import (
     COPY_WINDOW,
     MAX_MATCH,
     SEP,
-    ContextIndex,
     Segment,
     SuffixIndex,
     continuation_tree,
@@ -92,11 +94,14 @@ def test_hostile_segments_give_no_out_of_range_ids_and_no_crash() -> None:
 def test_context_index_matches_brute_force_as_the_context_grows() -> None:
     rng = np.random.default_rng(3)
     tokens = [int(t) for t in rng.integers(0, 5, size=300)]
-    ctx = ContextIndex(n_vocab=5, k=2)
+    ctx = ContextIndex(k=2)
     for n in range(2, len(tokens), 7):
         context = tokens[:n]
         ctx.sync(context)
-        got = ctx.lookup(max_occurrences=10_000, depth=3)
+        ctx.sync(context)  # a second sync of the same context changes nothing
+        pairs = set(pairwise(context))
+        assert all(ctx.has_pair(a, b) == ((a, b) in pairs) for a in range(5) for b in range(5))
+        got = ctx.lookup(max_occurrences=10_000, depth=3, n_vocab=5)
         want = naive_occurrences([context], context, 2, 3)
         if not want:
             assert got is None
@@ -106,7 +111,7 @@ def test_context_index_matches_brute_force_as_the_context_grows() -> None:
         assert sorted(zip(got.length.tolist(), rows, strict=True)) == \
             sorted((m, tuple(c)) for m, c in want)
     ctx.sync([4, 4, 4])  # not an extension: starts over
-    found = ctx.lookup(max_occurrences=10, depth=2)
+    found = ctx.lookup(max_occurrences=10, depth=2, n_vocab=5)
     assert found is not None and found.following.tolist() == [[4, -1]]
 
 
@@ -146,29 +151,34 @@ def test_continuation_tree_is_the_trie_of_the_rows_with_weights_and_counts() -> 
     assert SEP > 2**31  # SEP is beyond every vocabulary
 
 
-def counted_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The number of store tokens each gather of a lookup reads, appended as they happen."""
-    read: list[int] = []
-    real = suffix._gather
+class CountedTokens(np.ndarray):
+    """A segment's tokens that note how many of them each gather (`take`) reads."""
 
-    def counting(tokens: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        read.append(idx.size)
-        return real(tokens, idx)
+    reads: list[int]
 
-    monkeypatch.setattr(suffix, "_gather", counting)
-    return read
+    def take(self, indices: object, *args: object,  # type: ignore[override]
+             **kwargs: object) -> np.ndarray:
+        self.reads.append(np.asarray(indices).size)
+        return np.asarray(self).take(indices, *args, **kwargs)  # type: ignore[call-overload]
 
 
-def test_a_lookup_reads_as_many_tokens_in_a_huge_store_as_in_a_small_one(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def counted(segment: Segment, read: list[int]) -> Segment:
+    """The segment, its tokens counting every token a lookup reads into `read`."""
+    tokens = segment.tokens.view(CountedTokens)
+    tokens.reads = read
+    return dataclasses.replace(segment, tokens=tokens)
+
+
+def test_a_lookup_reads_as_many_tokens_in_a_huge_store_as_in_a_small_one() -> None:
     """What keeps a step's lookup cheap on a full store: one binary search per segment and
     windows around at most max_occurrences occurrences, whatever the store holds."""
-    read = counted_reads(monkeypatch)
+    read: list[int] = []
     rng = np.random.default_rng(0)
 
     def touched(records: int) -> int:
         recs = [[*map(int, rng.integers(0, 50, 200)), 1, 2, 3] for _ in range(records)]
-        index = SuffixIndex([Segment.of_records(recs[i::4]) for i in range(4)], n_vocab=60)
+        index = SuffixIndex([counted(Segment.of_records(recs[i::4]), read) for i in range(4)],
+                            n_vocab=60)
         read.clear()
         assert index.lookup([9, 1, 2], max_occurrences=24, depth=16) is not None
         return sum(read)
@@ -223,18 +233,21 @@ def test_copied_finds_the_pair_only_inside_its_own_record(seed: int) -> None:
         tokens[rng.random(n) < 0.004] = SEP
         pos = rng.integers(0, n, int(rng.integers(1, 6))).astype(np.int64)
         ahead = rng.integers(-1, 6, (len(pos), 2)).astype(np.int64)
-        got = suffix._copied(tokens, pos, ahead)
+        # A fresh index each time: what it remembers of a position is per index.
+        index = SuffixIndex([Segment(tokens, np.zeros(1, np.uint64), np.zeros(1, np.uint32))],
+                            n_vocab=6)
+        got = index.copied(np.zeros(len(pos), dtype=np.int64), pos, ahead)
         want = [naive_copied([int(t) for t in tokens], int(p), a)
                 for p, a in zip(pos, ahead.tolist(), strict=True)]
         assert got.tolist() == want
 
 
-def test_a_key_looked_up_again_reads_nothing_new_and_matches_its_own_context(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_key_looked_up_again_reads_nothing_new_and_matches_its_own_context() -> None:
     """The store's side of a lookup is remembered per key; the match length is still
     measured against each context, and what is remembered cannot be changed by a caller."""
-    read = counted_reads(monkeypatch)
-    index = SuffixIndex([Segment.of_records([[5, 6, 7, 1, 2, 3], [9, 7, 1, 2, 4]])], n_vocab=20)
+    read: list[int] = []
+    index = SuffixIndex([counted(Segment.of_records([[5, 6, 7, 1, 2, 3], [9, 7, 1, 2, 4]]),
+                                 read)], n_vocab=20)
     first = index.lookup([8, 6, 7, 1, 2], max_occurrences=8, depth=4)
     gathered = len(read)
     second = index.lookup([0, 9, 7, 1, 2], max_occurrences=8, depth=4)

@@ -10,6 +10,9 @@ collapse (steps tens of times slower than calibrated) is acted on within two ste
 of all threads that walks into one is abandoned after its first step: at a second or more per
 collapsed step, waiting for a window of six cost more than the whole answer.
 
+A backend part, not engine logic: the runtime lends the loop its step listener (LoopHooks.
+on_step) and sets llama.cpp's threads; the engine never reads it.
+
 Steps of different batch sizes are compared through the cost table's shape: a batch of n
 counts as seconds / (cost(n) / cost(1)), "seconds per plain-step equivalent".
 """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specchat.engine.threads import CHECK_EVERY, PROBE_EVERY, WINDOW, ThreadGovernor
+from specchat.backend.threads import CHECK_EVERY, PROBE_EVERY, WINDOW, ThreadGovernor
 
 
 def governor(reference: float = 0.03) -> tuple[ThreadGovernor, list[int]]:
