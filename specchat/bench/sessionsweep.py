@@ -23,7 +23,6 @@ from specchat.bench.priced import OVERALL
 from specchat.bench.profiles import CostProfile
 from specchat.bench.replay import DRAFT_MAX, run_answer
 from specchat.bench.standins import PricedClock, Renumbered, StandIn, TreeStandIn
-from specchat.engine.auto import AutoPolicy
 from specchat.engine.build import Hooks, make_policy
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.suffix import Segment, SuffixIndex
@@ -87,12 +86,9 @@ def replay_session(requests: list[Request], recording: rec.Recording, profile: C
         store = SuffixIndex(list(segments), data.n_vocab)
         options = GenerationOptions(max_tokens=recording.max_tokens, spec=Spec.AUTO,
                                     draft_max=draft_max)
-        policy = make_policy(options, target, draft, state, None, store)
-        if isinstance(policy, AutoPolicy) and policy.store is not None:
-            policy.store.clock = clock  # its lookups: not wall time, so it repeats exactly
-        run_answer(target, data.prompt, options, policy,
-                   Hooks(clock=clock, auto=state, store=store), data.answer,
-                   f"{request.item.question_id} under auto")
+        hooks = Hooks(clock=clock, auto=state, store=store)
+        run_answer(target, data.prompt, options, make_policy(options, target, draft, hooks),
+                   hooks, data.answer, f"{request.item.question_id} under auto")
         learnt = state.export_acceptance()
         segments.append(Segment.of_records([data.prompt[request.cut:] + data.answer]))
         plain = len(data.answer) * (profile.target.batch(1) + profile.overhead_seconds)
