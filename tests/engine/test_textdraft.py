@@ -29,7 +29,7 @@ from specchat.engine.textdraft import (
     TextVocabs,
     continuation,
 )
-from tests.engine.test_acceptance_exact import (  # noqa: F401 - memoized_warps is an autouse fixture
+from tests.support.exactness import (
     P_MIN,
     PLAIN,
     TOPK_PENALTY,
@@ -38,10 +38,11 @@ from tests.engine.test_acceptance_exact import (  # noqa: F401 - memoized_warps 
     assert_exact,
     chi2_pvalue,
     exact_sequences,
-    memoized_warps,
 )
 from tests.support.fakes import FakeModel
 from tests.support.faketext import DRAFT_CONTROL, DRAFT_PIECES, FakeTextVocab, pair, text_model
+
+pytestmark = pytest.mark.usefixtures("memoized_warps")
 
 # "ab ca" then "<|end|>" then "ba": a control token inside, text on both sides of it
 PROMPT = [4, 3, 2, 0, 8, 5]
@@ -268,7 +269,7 @@ def test_only_a_draft_asked_for_by_name_may_speak_another_vocabulary() -> None:
     from specchat.backend.loading import _text_vocabs
     from specchat.errors import UsageError
     from specchat.settings.load import LoadSettings
-    from tests.llm.test_vocab import info
+    from tests.support.llmstubs import info
 
     target, same = _Described(info("t.gguf")), _Described(info("s.gguf"))
     other = _Described(info("o.gguf", vocab_type="spm", n_tokens=300))

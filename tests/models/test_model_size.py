@@ -14,8 +14,9 @@ import pytest
 
 from specchat.errors import ModelError
 from specchat.models import cache, load_presets, preset_present, resolve
-from tests.models.test_download import PAYLOAD, write_presets
-from tests.support.wheelfactory import isolate, mirror_preset_toml
+from tests.support.wheelfactory import gguf_bytes, isolate, mirror_preset_toml, write_presets
+
+PAYLOAD = gguf_bytes(300_001, seed=1)
 
 
 @pytest.fixture
