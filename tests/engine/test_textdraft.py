@@ -255,31 +255,6 @@ def test_a_recording_leaves_out_a_draft_of_another_vocabulary() -> None:
     assert made.items[0].answer  # the target's own answer is kept
 
 
-class _Described:
-    """A loaded model as far as the vocabulary check reads it."""
-
-    def __init__(self, info: object) -> None:
-        self.info = info
-
-    def vocab_info(self) -> object:
-        return self.info
-
-
-def test_only_a_draft_asked_for_by_name_may_speak_another_vocabulary() -> None:
-    from specchat.backend.loading import _text_vocabs
-    from specchat.errors import UsageError
-    from specchat.settings.load import LoadSettings
-    from tests.support.llmstubs import info
-
-    target, same = _Described(info("t.gguf")), _Described(info("s.gguf"))
-    other = _Described(info("o.gguf", vocab_type="spm", n_tokens=300))
-    named, preset = LoadSettings(draft="o.gguf"), LoadSettings(draft=None)
-    assert _text_vocabs(named, target, same) is None  # type: ignore[arg-type]
-    assert _text_vocabs(named, target, other) is not None  # type: ignore[arg-type]
-    with pytest.raises(UsageError, match="cannot draft for target t.gguf: tokenizer type"):
-        _text_vocabs(preset, target, other)  # type: ignore[arg-type]
-
-
 # --- what a text draft costs -------------------------------------------------------------
 
 def _counting(model: FakeModel) -> list[int]:
