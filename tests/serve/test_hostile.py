@@ -94,7 +94,7 @@ def test_too_many_messages_are_refused_before_rendering(served: Server) -> None:
     assert error["code"] == "too_many_messages" and "--max-messages" in str(error["message"])
 
 
-# --- bodies that used to be a 500 ------------------------------------------------------------
+# --- bodies Python cannot take as they are: a 400, never a 500 -------------------------------
 def test_a_lone_surrogate_is_400(served: Server) -> None:
     body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "a\ud800b"}]})
     assert "\\ud800" in body  # json.dumps escapes it: the server gets a lone \ud800 escape
