@@ -4,20 +4,17 @@ tmux server whose clipboard and window title show whether a terminal obeyed them
 
 from __future__ import annotations
 
-import json
 import subprocess
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import numpy as np
 
 from specchat.backend.base import Message
 from specchat.backend.local import Runtime
 from tests.support.fake_runtime import fake_runtime
+from tests.support.fakeendpoint import FakeEndpoint, serve
 from tests.support.fakes import FakeModel
 
 # Writes "pwned" to the clipboard (OSC 52), renames the window (OSC 2), clears the screen.
@@ -67,52 +64,12 @@ def scripted_runtime(script: str) -> Runtime:
 
 
 # --- an endpoint that says it ---------------------------------------------------------------
-class _Handler(BaseHTTPRequestHandler):
-    text = HOSTILE
-
-    def log_message(self, *args: Any) -> None:  # keep the test output clean
-        pass
-
-    def do_GET(self) -> None:  # /v1/models
-        self._json(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        asked = json.dumps(body.get("messages", ""))
-        if "fail" in asked:
-            self._json(400, {"error": {"message": f"refused {self.text}", "type": "x"}})
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-        for piece, reason in ((self.text, None), ("", "stop")):
-            chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0,
-                     "model": "fake", "choices": [{"index": 0, "delta": {"content": piece},
-                                                   "finish_reason": reason}]}
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        self.wfile.write(b"data: [DONE]\n\n")
-
-    def _json(self, status: int, data: object) -> None:
-        raw = json.dumps(data).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-
 @contextmanager
 def endpoint() -> Iterator[str]:
     """A local server answering every chat request with HOSTILE (a 400 with it when the
     request mentions "fail"); yields its /v1 URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(FakeEndpoint(words=[HOSTILE], refuse="fail")) as ep:
+        yield ep.url + "/v1"
 
 
 # --- a terminal that would obey -------------------------------------------------------------
