@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from specchat.errors import SpecchatError
+from tests.support.listener import Listener
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -59,3 +61,32 @@ def real_model_path() -> Callable[[str], Path]:
         return found[name]
 
     return get
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    """A local TCP port that counts connections: a test asserts it saw none."""
+    made = Listener()
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def fake_ask_runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """`specchat ask` opens a fake runtime (tests/support/fake_runtime.py) instead of models,
+    with a terminal as stdin. The dict holds the `settings` it was opened with and the
+    `runtime`; a test puts a fake model under "draft" before the run to give it one."""
+    from specchat.commands import ask as ask_cmd
+    from tests.support.clirun import FakeStdin
+    from tests.support.fake_runtime import fake_runtime
+
+    made: dict[str, Any] = {"draft": None}
+
+    def open_fake(settings: Any) -> Any:
+        made["settings"] = settings
+        made["runtime"] = fake_runtime(draft=made["draft"])
+        return made["runtime"]
+
+    monkeypatch.setattr(ask_cmd, "open_runtime", open_fake)
+    monkeypatch.setattr("sys.stdin", FakeStdin(b"", tty=True))
+    yield made

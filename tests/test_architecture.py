@@ -5,7 +5,9 @@ engine imports nothing outside itself, and no two modules import each other in a
 
 And in every Python file of the repository (specchat/, tests/, benchmarks/, ...): no module
 uses another module's private name (a leading underscore), neither imported
-(`from x import _y`) nor reached as an attribute of the module (`x._y`)."""
+(`from x import _y`) nor reached as an attribute of the module (`x._y`). No file under tests/
+imports a test module (tests/**/test_*.py): what tests share lives in tests/support/ or in a
+conftest.py."""
 
 from __future__ import annotations
 
@@ -187,6 +189,17 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
+def _from_module(node: ast.ImportFrom, here: str, is_package: bool) -> str:
+    """The absolute dotted name of the module a `from ... import` statement in `here` names."""
+    base = node.module or ""
+    if node.level:
+        package = here if is_package else here.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = f"{package}.{base}".rstrip(".")
+    return base
+
+
 def private_uses(source: str, here: str, is_package: bool, ours: set[str]) -> list[str]:
     """Where module `here` (whose text is `source`) uses a private name of another of `ours`
     (dotted module names): `from x import _y` (relative imports resolved) and `x._y` where x
@@ -195,12 +208,7 @@ def private_uses(source: str, here: str, is_package: bool, ours: set[str]) -> li
     bound: dict[str, str] = {}  # local name -> the module it is bound to
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                package = here if is_package else here.rpartition(".")[0]
-                for _ in range(node.level - 1):
-                    package = package.rpartition(".")[0]
-                base = f"{package}.{base}".rstrip(".")
+            base = _from_module(node, here, is_package)
             for alias in node.names:
                 if base in ours and base != here and _private(alias.name):
                     found.append(f"{node.lineno}: from {base} import {alias.name}")
@@ -231,32 +239,12 @@ def test_every_python_file_is_checked() -> None:
     assert "tests.test_architecture" in EVERY_FILE
 
 
-# Unit tests that still reach a private helper of a module whose owner is reworking it in
-# this refactoring step (the engine's context indexes, the backend's loading): each entry goes
-# when that module names the helper publicly or the test stops needing it. An entry that is
-# no longer used fails below, so this list only shrinks.
-# Keyed by file name, so that moving a test file keeps its entry.
-AWAITING: dict[str, set[str]] = {
-    "test_textdraft.py": {"from specchat.backend.loading import _text_vocabs"},
-}
-
-
-def test_every_awaited_use_names_a_file_of_the_repository() -> None:
-    names = {path.name for path in EVERY_FILE.values()}
-    assert set(AWAITING) <= names, f"AWAITING names no file: {set(AWAITING) - names}"
-
-
 @pytest.mark.parametrize("module", sorted(EVERY_FILE))
 def test_no_private_name_is_used_across_modules(module: str) -> None:
     path = EVERY_FILE[module]
     uses = private_uses(path.read_text(encoding="utf-8"), module, path.name == "__init__.py",
                         set(EVERY_FILE))
-    used = {u.partition(": ")[2] for u in uses}
-    awaiting = AWAITING.get(path.name, set())
-    unexpected = [u for u in uses if u.partition(": ")[2] not in awaiting]
-    assert unexpected == [], \
-        f"{path.relative_to(REPO)} uses private names of other modules: {unexpected}"
-    assert awaiting <= used, f"no longer used, drop from AWAITING: {awaiting - used}"
+    assert uses == [], f"{path.relative_to(REPO)} uses private names of other modules: {uses}"
 
 
 OURS = {"specchat", "specchat.engine", "specchat.engine.loop", "specchat.bench",
@@ -292,3 +280,61 @@ def test_what_is_not_a_private_use_across_modules(source: str) -> None:
 def test_a_module_may_use_its_own_private_names() -> None:
     source = "from specchat.engine.loop import _Run\nimport specchat.engine.loop as me\nme._Run\n"
     assert private_uses(source, "specchat.engine.loop", False, OURS) == []
+
+
+def _is_test_module(name: str) -> bool:
+    return name.partition(".")[0] == "tests" and name.rpartition(".")[2].startswith("test_")
+
+
+def imports_of_test_modules(source: str, here: str, is_package: bool, ours: set[str]) -> list[str]:
+    """Where module `here` imports a test module (tests.**.test_*) other than itself, lazy
+    imports included: `import tests.x.test_y`, `from tests.x.test_y import z`, and
+    `from tests.x import test_y` when tests.x.test_y is one of `ours`. One line each, with its
+    line number."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _from_module(node, here, is_package)
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in ours else base
+                       for a in node.names]
+        else:
+            continue
+        found += [f"{node.lineno}: {t}" for t in dict.fromkeys(targets)
+                  if _is_test_module(t) and t != here]
+    return found
+
+
+def test_no_test_file_imports_a_test_module() -> None:
+    tests = {m for m in EVERY_FILE if m.partition(".")[0] == "tests"}
+    found = {m: uses for m in sorted(tests)
+             if (uses := imports_of_test_modules(EVERY_FILE[m].read_text(encoding="utf-8"), m,
+                                             EVERY_FILE[m].name == "__init__.py", tests))}
+    assert found == {}, "move what test files share to tests/support/ or a conftest.py"
+
+
+TEST_FILES = {"tests", "tests.serve", "tests.serve.test_hostile", "tests.serve.test_clients",
+              "tests.support", "tests.support.fakeserve"}
+
+
+@pytest.mark.parametrize(("source", "use"), [
+    ("from tests.serve.test_hostile import Server, start\n", "tests.serve.test_hostile"),
+    ("from tests.serve import test_hostile\n", "tests.serve.test_hostile"),
+    ("import tests.serve.test_hostile as hostile\n", "tests.serve.test_hostile"),
+    ("def f():\n    from .test_hostile import start\n", "tests.serve.test_hostile"),
+    ("from . import test_hostile, test_clients\n", "tests.serve.test_hostile"),
+])
+def test_a_planted_import_of_a_test_module_is_caught(source: str, use: str) -> None:
+    found = imports_of_test_modules(source, "tests.serve.test_requests", False, TEST_FILES)
+    assert [u.partition(": ")[2] for u in found][:1] == [use]
+
+
+@pytest.mark.parametrize("source", [
+    "from tests.support.fakeserve import Server, start\n",
+    "from tests.support import fakeserve\n",
+    "import pytest\nfrom specchat.serve import app\n",
+    "from tests.support.fakeserve import test_server\n",  # a name that is no module
+])
+def test_what_is_not_an_import_of_a_test_module(source: str) -> None:
+    assert imports_of_test_modules(source, "tests.serve.test_requests", False, TEST_FILES) == []

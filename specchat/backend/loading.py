@@ -124,7 +124,7 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
           ) -> tuple[LlamaModel, LlamaModel | None, ChatTemplate, TextVocabs | None]:
     """The target and draft (taken from `loaded` where the file is already open), the
     target's chat template, and both vocabularies as text when the draft's differs
-    (_text_vocabs). What is loaded here is closed by `closers`, also when this fails."""
+    (text_vocabs). What is loaded here is closed by `closers`, also when this fails."""
     from specchat.llm.model import load_model  # llama.cpp loads only when models do
 
     def load(path: Path, n_ctx: int, n_gpu_layers: int,
@@ -150,7 +150,7 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
             draft = load(draft_path, target.n_ctx, layers[1],
                          flash_attn_for(settings, calibration, target_path)
                          if settings.flash_attn != "auto" else None)
-            vocabs = _text_vocabs(settings, target, draft)
+            vocabs = text_vocabs(settings, target, draft)
         return target, draft, ChatTemplate.from_model(target), vocabs
     except BaseException:
         for close in reversed(closers):
@@ -158,7 +158,7 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
         raise
 
 
-def _text_vocabs(settings: LoadSettings, target: LlamaModel,
+def text_vocabs(settings: LoadSettings, target: LlamaModel,
                  draft: LlamaModel) -> TextVocabs | None:
     """None when the draft shares the target's vocabulary. A draft named with --draft that
     does not drafts text, re-tokenized for the target (engine/textdraft.py): exact, if

@@ -19,23 +19,12 @@ from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.llm import load_model
 from specchat.settings.load import LoadSettings
+from tests.support.sourcetext import long_source_file, shared_text
 from tests.support.tmux import keys, wait_for
 
 pytestmark = pytest.mark.real
 ROOT = Path(__file__).resolve().parents[2]
 GREEDY = GenerationOptions(sampling=SamplingOptions(temperature=0.0), max_tokens=24, spec="off")
-
-
-def shared_text() -> str:
-    """~1000 tokens of this project's own source: a long file both questions share."""
-    return (ROOT / "specchat" / "engine" / "loop.py").read_text()[:4000]
-
-
-def long_source_file(path: Path) -> Path:
-    """~7000 tokens of this project's source: many seconds of prefill on a 2-core CPU."""
-    source = "".join(p.read_text() for p in sorted((ROOT / "specchat").rglob("*.py")))
-    path.write_text(source[:26000])
-    return path
 
 
 def test_a_loaded_state_gives_the_same_next_token_logits(

@@ -121,7 +121,7 @@ def test_the_decode_loop_reports_every_verify_to_the_governor() -> None:
     from specchat.engine.build import Hooks, generate
     from specchat.engine.events import Finished
     from specchat.engine.options import GenerationOptions, SamplingOptions
-    from tests.engine.test_stats import TimedModel
+    from tests.support.fakes import TimedModel
 
     now = [0.0]
     target = TimedModel(now, n_vocab=8, seed=5, order=2)

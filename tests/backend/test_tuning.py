@@ -12,7 +12,6 @@ Fake models with exact clocks here; tests/commands/test_first_start_real.py runs
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -49,7 +48,7 @@ class Clocks:
         self.cpu += cpu
 
 
-class TimedModel(FakeModel):
+class ContendedModel(FakeModel):
     """Every eval of n tokens takes `step * (1 + n / 4)` on the fake clocks; `share` of the
     two threads' time was on a core (1.0: a quiet machine). Flash attention on costs
     `on_cost` times the off cost, round by round from `on_costs` when given."""
@@ -72,18 +71,6 @@ class TimedModel(FakeModel):
         return super().eval(tokens, logit_rows)
 
 
-class SleepyModel(FakeModel):
-    """Each eval sleeps `delay` real seconds: a slow machine, in real time."""
-
-    def __init__(self, delay: float) -> None:
-        super().__init__(n_vocab=32, n_ctx=1024)
-        self.delay = delay
-
-    def eval(self, tokens: Sequence[int], logit_rows: Sequence[int]) -> np.ndarray:
-        time.sleep(self.delay)
-        return super().eval(tokens, logit_rows)
-
-
 def _tuned(model: FakeModel, tmp_path: Path, **settings: object) -> Tuned:
     load = LoadSettings(model="/m.gguf", threads=2, n_gpu_layers=0, quiet=True,
                         **settings)  # type: ignore[arg-type]
@@ -97,7 +84,7 @@ def test_a_start_measures_within_its_budget_and_later_starts_finish_the_table(
     delay = 0.02  # every eval takes at least this long: the budget bounds the count
     starts = []
     for _ in range(40):
-        model = SleepyModel(delay)
+        model = FakeModel(32, n_ctx=1024, delay=delay)  # a slow machine, in real time
         state, _ = measured_auto_state(_tuned(model, tmp_path))
         assert state.target_costs.cost(17) > 0  # a usable table from the first start on
         starts.append(len(model.eval_calls))
@@ -114,13 +101,13 @@ def test_a_start_measures_within_its_budget_and_later_starts_finish_the_table(
 
 def test_a_table_measured_in_part_never_prices_a_batch_low() -> None:
     clocks = Clocks()
-    samples = sample_costs(TimedModel(clocks), TARGET_SIZES, Samples(), budget=0.4,
+    samples = sample_costs(ContendedModel(clocks), TARGET_SIZES, Samples(), budget=0.4,
                            clock=lambda: clocks.wall, cpu_clock=lambda: clocks.cpu)
     measured = sorted(samples.best)
     assert measured == list(range(1, len(measured) + 1)) and 1 < len(measured) < 17
     table = samples.table(TARGET_SIZES)
     assert table is not None
-    true_cost = [0.01 * (1 + n / 4) for n in range(1, 18)]  # what TimedModel charges
+    true_cost = [0.01 * (1 + n / 4) for n in range(1, 18)]  # what ContendedModel charges
     assert all(table.cost(n) >= true_cost[n - 1] - 1e-12 for n in range(1, 18))
     only_one = Samples(best={1: 0.01}, quiet={1: 1}, seen={1: 1}).table(TARGET_SIZES)
     assert only_one is not None and only_one.cost(5) == pytest.approx(0.05)  # no gain
@@ -128,7 +115,7 @@ def test_a_table_measured_in_part_never_prices_a_batch_low() -> None:
 
 def test_busy_samples_are_provisional_and_quiet_ones_replace_them() -> None:
     clocks = Clocks()
-    busy = TimedModel(clocks, step=0.05, share=0.3)  # other processes had most of the cores
+    busy = ContendedModel(clocks, step=0.05, share=0.3)  # other processes had most of the cores
     quiet = Quiet(threads=2)
     samples = sample_costs(busy, (1, 2), Samples(), budget=None, quiet=quiet,
                            clock=lambda: clocks.wall, cpu_clock=lambda: clocks.cpu)
@@ -137,7 +124,7 @@ def test_busy_samples_are_provisional_and_quiet_ones_replace_them() -> None:
     # fastest of them stands); one start spends its budget, never more.
     assert samples.seen == {1: MAX_SAMPLES, 2: MAX_SAMPLES}
     busy_best = dict(samples.best)
-    calm = TimedModel(clocks, step=0.01, share=0.95)
+    calm = ContendedModel(clocks, step=0.01, share=0.95)
     fresh = Samples.from_entry({"samples": {"1": [busy_best[1], 0, 1], "2": [busy_best[2], 0, 1]}})
     sample_costs(calm, (1, 2), fresh, budget=None, quiet=quiet,
                  clock=lambda: clocks.wall, cpu_clock=lambda: clocks.cpu)
@@ -178,7 +165,7 @@ def test_only_a_confirmed_measurement_or_a_pin_changes_flash_attention(tmp_path:
 def test_flash_measurement_confirms_only_large_consistent_quiet_differences(
         share: float, on_costs: tuple[float, ...], confirmed: bool, winner: bool | None) -> None:
     clocks = Clocks()
-    model = TimedModel(clocks, share=share, on_costs=on_costs)
+    model = ContendedModel(clocks, share=share, on_costs=on_costs)
     result = measure_flash_attn(model, Path("/m.gguf"), Quiet(threads=2),
                                 clock=lambda: clocks.wall, cpu_clock=lambda: clocks.cpu)
     assert result["confirmed"] is confirmed and result["flash_attn"] is winner

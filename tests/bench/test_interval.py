@@ -14,8 +14,7 @@ from specchat.bench.report import OVERALL, render, summarize, to_json
 from specchat.bench.runner import BenchResult, run_bench
 from specchat.bench.session_report import summarize as summarize_sessions
 from specchat.engine.options import GenerationOptions
-from tests.bench.test_runner import record, scripted, small_prompts
-from tests.bench.test_sessions import out as outcome
+from tests.support.benchruns import outcome, record, scripted, small_prompts
 from tests.support.fake_runtime import fake_runtime
 
 

@@ -18,8 +18,8 @@ from specchat.bench.report import OVERALL, render, summarize, to_json
 from specchat.bench.runner import run_bench
 from specchat.engine.options import GenerationOptions
 from specchat.errors import UsageError
-from tests.commands.test_structured import EOS, PIECES, JsonGuides
 from tests.support.clirun import run_cli
+from tests.support.fakegrammar import JSON_EOS, JSON_PIECES, JsonGuides
 from tests.support.fakes import FakeModel
 
 
@@ -41,7 +41,7 @@ def test_schema_prompts_are_constrained_in_every_mode_and_checked(tmp_path: Path
     path = tmp_path / "s.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     guides = JsonGuides()
-    model = FakeModel(len(PIECES), seed=1, eog=(EOS,), pieces=PIECES)
+    model = FakeModel(len(JSON_PIECES), seed=1, eog=(JSON_EOS,), pieces=JSON_PIECES)
     runtime = Runtime(target=model, draft=None, chat_tokens=lambda m: [0, 1],
                       raw_tokens=lambda t: [0], info=RuntimeInfo(target_name="fake"),
                       guides=guides)

@@ -19,7 +19,7 @@ from specchat.engine.cost import CostTable
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.policy import Plain
 from specchat.errors import UsageError
-from tests.bench.test_priced_replay import EOG, gpu_profile
+from tests.support.recordings import EOG, gpu_profile
 
 PROMPT = [1, 2, 3, 4]
 ANSWER = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, EOG]

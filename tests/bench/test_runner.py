@@ -18,17 +18,16 @@ from specchat.bench import prompts as bp
 from specchat.bench.report import OVERALL, summarize, to_json
 from specchat.bench.runner import (
     BenchResult,
-    RunRecord,
     mark_greedy_matches,
     mode_order,
     parse_modes,
     run_bench,
 )
 from specchat.commands import bench as bench_cmd
-from specchat.engine.events import Chunk, Event, Finished
+from specchat.engine.events import Event
 from specchat.engine.options import GenerationOptions
-from specchat.engine.stats import Stats
 from specchat.errors import UsageError
+from tests.support.benchruns import record, scripted, small_prompts
 from tests.support.clirun import run_cli
 from tests.support.fake_runtime import fake_model, fake_runtime
 
@@ -111,33 +110,6 @@ def test_mode_order_rotates_so_each_mode_leads_equally_often() -> None:
 
 # --- runner on a scripted engine ------------------------------------------------------------
 
-SCRIPT = {"off": (20, 2.0), "ngram": (20, 1.0), "auto": (20, 1.6)}  # tokens, decode seconds
-
-
-def scripted(runtime: Runtime, calls: list[tuple[str, int]],
-             tokens_for: dict[str, list[int]] | None = None) -> Runtime:
-    """Replace the engine by a script: fixed Stats per mode, and record each call."""
-
-    def stream(prompt: Sequence[int], options: GenerationOptions) -> Iterator[Event]:
-        calls.append((options.spec, len(runtime.target.tokens)))
-        runtime.target.eval(list(prompt[:3]), [])  # leaves state behind, like a real run
-        n, seconds = SCRIPT[options.spec]
-        n = min(n, options.max_tokens)
-        toks = tuple((tokens_for or {}).get(options.spec, list(range(n))))
-        stats = Stats(mode=options.spec, prompt_tokens=len(prompt), prompt_seconds=0.5,
-                      generated=len(toks), steps=len(toks) // 2, drafted=8, accepted=6,
-                      decode_seconds=seconds)
-        yield Chunk(text="a", tokens=toks[:1], from_draft=(False,), stats=stats)
-        yield Finished(reason="length", text="ab", tokens=toks, stats=stats)
-
-    runtime.stream = stream  # type: ignore[method-assign]
-    return runtime
-
-
-def small_prompts(n: int) -> list[bp.BenchPrompt]:
-    return [bp.BenchPrompt(str(i), "qa" if i % 2 else "writing", f"q{i}") for i in range(n)]
-
-
 def test_runner_alternates_modes_and_empties_caches() -> None:
     calls: list[tuple[str, int]] = []
     runtime = scripted(fake_runtime(), calls)
@@ -181,13 +153,6 @@ def test_prompts_that_do_not_fit_are_skipped_with_a_reason() -> None:
 
 
 # --- arithmetic and greedy matching ---------------------------------------------------------
-
-def record(qid: str, mode: str, generated: int, seconds: float, category: str = "qa",
-           tokens: list[int] | None = None, steps: int = 0, drafted: int = 0,
-           accepted: int = 0) -> RunRecord:
-    return RunRecord(qid, category, mode, 0, 5, generated, 0.1, seconds, seconds + 0.1, 0.1,
-                     steps or generated, drafted, accepted, "length", tokens or [], "", {})
-
 
 def test_speedup_is_summed_tokens_over_summed_time() -> None:
     records = [record("1", "off", 100, 10.0), record("2", "off", 10, 0.5),

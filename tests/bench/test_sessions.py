@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from specchat.bench.session_report import OVERALL, summarize
-from specchat.bench.session_runner import Outcome
 from specchat.bench.sessions import load_sessions, parse_sessions
 from specchat.errors import UsageError
+from tests.support.benchruns import outcome
 from tests.support.clirun import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,19 +87,13 @@ def test_a_bad_shape_is_one_usage_error_naming_its_line(lines: list[dict[str, An
         parse_sessions("\n".join(json.dumps(line) for line in lines), "f")
 
 
-def out(session: str, index: int, mode: str, tokens: int, seconds: float,
-        answer: list[int], sources: dict[str, dict[str, int]] | None = None) -> Outcome:
-    return Outcome(session, index, mode, tokens, seconds, tokens // 2, "", answer,
-                   sources or {})
-
-
 def test_the_summary_skips_first_requests_and_sums_before_dividing() -> None:
     runs = [
-        out("s", 0, "off", 100, 1.0, [1]), out("s", 0, "auto", 100, 0.1, [1]),
-        out("s", 1, "off", 100, 2.0, [1, 2]),
-        out("s", 1, "auto", 100, 1.0, [1, 2], {"history": {"drafted": 10, "accepted": 8}}),
-        out("s", 2, "off", 50, 2.0, [3]), out("s", 2, "auto", 50, 2.0, [4]),
-        out("t", 1, "off", 10, 1.0, [5]), out("t", 1, "auto", 10, 0.5, [5]),
+        outcome("s", 0, "off", 100, 1.0, [1]), outcome("s", 0, "auto", 100, 0.1, [1]),
+        outcome("s", 1, "off", 100, 2.0, [1, 2]),
+        outcome("s", 1, "auto", 100, 1.0, [1, 2], {"history": {"drafted": 10, "accepted": 8}}),
+        outcome("s", 2, "off", 50, 2.0, [3]), outcome("s", 2, "auto", 50, 2.0, [4]),
+        outcome("t", 1, "off", 10, 1.0, [5]), outcome("t", 1, "auto", 10, 0.5, [5]),
     ]
     rows = {r.session: r for r in summarize(runs, ["off", "auto"])}
     assert list(rows)[-1] == OVERALL

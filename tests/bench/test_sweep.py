@@ -34,7 +34,7 @@ from specchat.engine.build import Hooks, generate
 from specchat.engine.cost import AcceptanceModel, Candidate, CostTable, choose
 from specchat.engine.events import drain
 from specchat.engine.options import Spec
-from tests.bench.test_priced_replay import DATA, gpu_profile
+from tests.support.recordings import DATA, gpu_profile
 
 
 def test_the_sweep_spans_flat_to_nearly_linear_verifies_and_holds_the_real_tables() -> None:

@@ -14,10 +14,9 @@ import pytest
 from specchat.chat.attach import Attachment, compose, fence_for
 from specchat.chat.chatlog import conversation_files, load_conversation
 from specchat.commands import chat as chat_cmd
-from tests.commands.test_ask import expected, runtime_factory  # noqa: F401 - a fixture
 from tests.support import chat_fakes
 from tests.support.clirun import FakeStdin, run_cli
-from tests.support.fake_runtime import encode
+from tests.support.fake_runtime import encode, plain_answer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +31,7 @@ def test_the_fence_outlasts_any_backticks_inside() -> None:
         "File: a\n```\n1\n```\n\nFile: b\n```\n```\n\nwhy?")
 
 
-def test_ask_puts_files_before_the_prompt(runtime_factory: dict, capsys: Any,  # noqa: F811
+def test_ask_puts_files_before_the_prompt(fake_ask_runtime: dict, capsys: Any,
                                           tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("alpha\n")
     (tmp_path / "b.txt").write_text("beta")
@@ -42,7 +41,7 @@ def test_ask_puts_files_before_the_prompt(runtime_factory: dict, capsys: Any,  #
     message = compose([Attachment(str(tmp_path / "a.txt"), "alpha\n"),
                        Attachment(str(tmp_path / "b.txt"), "beta")], "compare")
     assert code == 0 and err == ""
-    assert out.rstrip("\n") == expected(message, 6).text.rstrip("\n")
+    assert out.rstrip("\n") == plain_answer(message, 6).text.rstrip("\n")
     code, out, err = run_cli([*args[:1], "--json", "--stats", *args[1:]], capsys)
     files = json.loads(out)["attachments"]
     assert [a["name"] for a in files] == [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
@@ -50,18 +49,18 @@ def test_ask_puts_files_before_the_prompt(runtime_factory: dict, capsys: Any,  #
     assert f"attachments: {files[0]['tokens'] + files[1]['tokens']} tokens" in err
 
 
-def test_dash_f_dash_reads_stdin_as_the_file(runtime_factory: dict, capsys: Any,  # noqa: F811
+def test_dash_f_dash_reads_stdin_as_the_file(fake_ask_runtime: dict, capsys: Any,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.stdin", FakeStdin(b"piped text\n"))
     code, out, _ = run_cli(["ask", "-n", "5", "--spec", "off", "-f", "-", "summarise"], capsys)
     message = compose([Attachment("stdin", "piped text\n")], "summarise")
-    assert code == 0 and out.rstrip("\n") == expected(message, 5).text.rstrip("\n")
+    assert code == 0 and out.rstrip("\n") == plain_answer(message, 5).text.rstrip("\n")
     monkeypatch.setattr("sys.stdin", FakeStdin(b"", tty=True))
     code, _, err = run_cli(["ask", "-f", "-", "x"], capsys)
     assert code == 2 and "stdin is a terminal" in err
 
 
-def test_a_file_too_large_for_the_context(runtime_factory: dict, capsys: Any,  # noqa: F811
+def test_a_file_too_large_for_the_context(fake_ask_runtime: dict, capsys: Any,
                                           tmp_path: Path) -> None:
     (tmp_path / "big.txt").write_text("x" * 600)  # the fake context holds 512 tokens
     code, out, err = run_cli(["ask", "-f", str(tmp_path / "big.txt"), "hi"], capsys)

@@ -16,8 +16,8 @@ from specchat.backend.remote import RemoteRuntime
 from specchat.chat.chatlog import load_conversation
 from specchat.errors import UsageError
 from specchat.settings.load import LoadSettings
-from tests.chat.test_repl import CTRL_D, ENTER, drive
 from tests.support import chat_fakes as f
+from tests.support.replkeys import CTRL_D, ENTER, drive
 
 CTRL_R = "\x12"
 

@@ -8,33 +8,19 @@ from pathlib import Path
 import pytest
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
-from prompt_toolkit.input import create_pipe_input
-from prompt_toolkit.output import DummyOutput
 
 from specchat.chat import clipboard, commands, repl
 from specchat.chat.chatlog import load_conversation
 from specchat.chat.commands import COMMANDS
 from specchat.chat.session import ChatSession
 from tests.support import chat_fakes as f
-
-ENTER = "\r"
-ESC_ENTER = "\x1b\r"
-CTRL_C = "\x03"
-CTRL_D = "\x04"
+from tests.support.replkeys import CTRL_C, CTRL_D, ENTER, ESC_ENTER, drive
 
 
 @pytest.fixture
 def chat(tmp_path: Path) -> Iterator[tuple[ChatSession, f.Streams, Path]]:
     session, streams = f.session(tmp_path)
     yield session, streams, tmp_path
-
-
-def drive(session: ChatSession, keys: str, input_lines: Path | None) -> int:
-    with create_pipe_input() as pipe:
-        pipe.send_text(keys)
-        prompt = repl.make_prompt(session, input_lines=input_lines, input=pipe,
-                                  output=DummyOutput())
-        return repl.run(session, prompt)
 
 
 def users(session: ChatSession) -> list[str]:

@@ -11,8 +11,8 @@ import pytest
 from specchat.chat.chatlog import ChatLog
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, SamplingOptions
-from tests.chat.test_repl import CTRL_D, ENTER, drive
 from tests.support import chat_fakes as f
+from tests.support.replkeys import CTRL_D, ENTER, drive
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 pytestmark = pytest.mark.real

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -11,81 +10,56 @@ import pytest
 
 from specchat import cli
 from specchat.commands import ask as ask_cmd
-from specchat.engine.build import generate
-from specchat.engine.events import Finished
-from specchat.engine.options import GenerationOptions, SamplingOptions
 from tests.support.clirun import FakeStdin, run_cli
-from tests.support.fake_runtime import chat_encode, fake_model, fake_runtime
-
-
-@pytest.fixture
-def runtime_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    made: dict[str, Any] = {"draft": None}
-
-    def open_fake(settings: Any) -> Any:
-        made["settings"] = settings
-        made["runtime"] = fake_runtime(draft=made["draft"])
-        return made["runtime"]
-
-    monkeypatch.setattr(ask_cmd, "open_runtime", open_fake)
-    monkeypatch.setattr("sys.stdin", FakeStdin(b"", tty=True))
-    yield made
+from tests.support.fake_runtime import chat_encode, fake_model, fake_runtime, plain_answer
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     return run_cli(args, capsys)
 
 
-def expected(prompt: str, n: int, **sampling: Any) -> Finished:
-    options = GenerationOptions(sampling=SamplingOptions(**sampling), max_tokens=n, spec="off")
-    events = list(generate(fake_model(), chat_encode([{"role": "user", "content": prompt}]),
-                           options))
-    assert isinstance(events[-1], Finished)
-    return events[-1]
-
-
-def test_plain_stdout_is_exactly_the_answer(runtime_factory: dict, capsys: Any) -> None:
+def test_plain_stdout_is_exactly_the_answer(fake_ask_runtime: dict, capsys: Any) -> None:
     code, out, err = run(["ask", "hello", "-n", "7", "--spec", "off"], capsys)
-    want = expected("hello", 7)
+    want = plain_answer("hello", 7)
     assert code == 0
     assert out == want.text + ("" if want.text.endswith("\n") else "\n")
     assert err == ""
 
 
-def test_bare_prompt_routes_to_ask(runtime_factory: dict, capsys: Any) -> None:
+def test_bare_prompt_routes_to_ask(fake_ask_runtime: dict, capsys: Any) -> None:
     code, out, _ = run(["hello", "-n", "7"], capsys)
     assert code == 0
-    assert out.rstrip("\n") == expected("hello", 7).text.rstrip("\n")
+    assert out.rstrip("\n") == plain_answer("hello", 7).text.rstrip("\n")
 
 
-def test_json_is_one_object_with_stats(runtime_factory: dict, capsys: Any) -> None:
+def test_json_is_one_object_with_stats(fake_ask_runtime: dict, capsys: Any) -> None:
     code, out, err = run(["ask", "hello", "-n", "5", "--json", "--spec", "off"], capsys)
     assert code == 0 and err == ""
     obj = json.loads(out)
-    want = expected("hello", 5)
+    want = plain_answer("hello", 5)
     assert obj["text"] == want.text
     assert obj["tokens"] == list(want.tokens)
     assert obj["finish_reason"] == "length"
     assert obj["stats"]["generated"] == 5
 
 
-def test_speculative_modes_print_the_same_greedy_answer(runtime_factory: dict,
+def test_speculative_modes_print_the_same_greedy_answer(fake_ask_runtime: dict,
                                                         capsys: Any) -> None:
-    runtime_factory["draft"] = fake_model(seed=3)
+    fake_ask_runtime["draft"] = fake_model(seed=3)
     outs = {m: run(["ask", "hello world", "-n", "12", "--spec", m], capsys)[1]
             for m in ("off", "draft", "ngram", "auto")}
     assert len(set(outs.values())) == 1
 
 
-def test_stdin_first_then_prompt(runtime_factory: dict, capsys: Any,
+def test_stdin_first_then_prompt(fake_ask_runtime: dict, capsys: Any,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.stdin", FakeStdin(b"diff text\n"))
     code, out, _ = run(["ask", "summarise", "-n", "4", "--json"], capsys)
     assert code == 0
-    assert json.loads(out)["text"] == expected("diff text\n\nsummarise", 4).text
+    assert json.loads(out)["text"] == plain_answer("diff text\n\nsummarise", 4).text
 
 
-def test_non_utf8_stdin_is_replaced_with_a_warning(runtime_factory: dict, capsys: Any,
+def test_non_utf8_stdin_is_replaced_with_a_warning(fake_ask_runtime: dict, capsys: Any,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.stdin", FakeStdin(b"caf\xe9 latte"))
     code, _, err = run(["ask", "-n", "2"], capsys)
@@ -93,7 +67,7 @@ def test_non_utf8_stdin_is_replaced_with_a_warning(runtime_factory: dict, capsys
     assert "not valid UTF-8" in err
 
 
-def test_stats_go_to_stderr(runtime_factory: dict, capsys: Any) -> None:
+def test_stats_go_to_stderr(fake_ask_runtime: dict, capsys: Any) -> None:
     code, out, err = run(["ask", "hi", "-n", "3", "--stats"], capsys)
     assert code == 0
     assert "tok/s" in err and "tok/s" not in out
@@ -108,7 +82,7 @@ def test_stats_go_to_stderr(runtime_factory: dict, capsys: Any) -> None:
     (["ask", "hi", "--spec", "draft"], "draft model"),
     (["ask", "hi", "--ctx", "8"], "--ctx"),
 ])
-def test_bad_input_is_one_line_and_exit_2(runtime_factory: dict, capsys: Any,
+def test_bad_input_is_one_line_and_exit_2(fake_ask_runtime: dict, capsys: Any,
                                           args: list[str], needle: str) -> None:
     code, out, err = run(args, capsys)
     assert code == 2, err
@@ -118,7 +92,7 @@ def test_bad_input_is_one_line_and_exit_2(runtime_factory: dict, capsys: Any,
     assert "Traceback" not in err
 
 
-def test_prompt_longer_than_context_says_how_many_over(runtime_factory: dict, capsys: Any,
+def test_prompt_longer_than_context_says_how_many_over(fake_ask_runtime: dict, capsys: Any,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ask_cmd, "open_runtime",
                         lambda s: fake_runtime(target=fake_model(n_ctx=64)))
@@ -128,7 +102,7 @@ def test_prompt_longer_than_context_says_how_many_over(runtime_factory: dict, ca
 
 
 def test_ctrl_c_mid_answer_exits_130_and_keeps_cache_consistent(
-        runtime_factory: dict, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_ask_runtime: dict, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     target = fake_model()
     original = target.eval
     calls = {"n": 0}
@@ -147,10 +121,10 @@ def test_ctrl_c_mid_answer_exits_130_and_keeps_cache_consistent(
     prompt = chat_encode([{"role": "user", "content": "hello"}])
     assert list(target.tokens[: len(prompt)]) == prompt
     generated = list(target.tokens[len(prompt):])
-    assert generated == list(expected("hello", 50).tokens[: len(generated)])
+    assert generated == list(plain_answer("hello", 50).tokens[: len(generated)])
 
 
-def test_unknown_option_is_a_usage_error(runtime_factory: dict, capsys: Any) -> None:
+def test_unknown_option_is_a_usage_error(fake_ask_runtime: dict, capsys: Any) -> None:
     code, out, err = run(["ask", "hi", "--bogus"], capsys)
     assert code == 2 and out == ""
     assert "No such option" in err and "Traceback" not in err
@@ -171,7 +145,7 @@ def test_routing_without_a_command(argv: list[str], tty: bool, command: str) -> 
     assert routed[-len(argv):] == argv if argv else True
 
 
-def test_options_come_from_the_environment(runtime_factory: dict, capsys: Any,
+def test_options_come_from_the_environment(fake_ask_runtime: dict, capsys: Any,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECCHAT_MAX_TOKENS", "3")
     monkeypatch.setenv("SPECCHAT_SPEC", "ngram")

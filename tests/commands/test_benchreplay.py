@@ -15,8 +15,8 @@ from specchat.bench.replay import replay_mode
 from specchat.engine.build import generate
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, Spec
-from tests.bench.test_priced_replay import DATA, profile_json
 from tests.support.clirun import run_cli
+from tests.support.recordings import DATA, profile_json
 
 
 def test_a_replay_prints_one_table_per_profile(capsys: pytest.CaptureFixture[str]) -> None:
@@ -90,7 +90,7 @@ def test_a_recording_replays_what_the_engine_really_does(
     item = recording.items[0]
     assert len(item.answer) == 32 and item.draft is not None and item.draft_p is not None
     from specchat.llm.model import load_model
-    from tests.bench.test_priced_replay import gpu_profile
+    from tests.support.recordings import gpu_profile
 
     with load_model(target, n_ctx=2048) as t, load_model(draft, n_ctx=2048) as d:
         for spec in (Spec.DRAFT, Spec.NGRAM):

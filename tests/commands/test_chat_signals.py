@@ -20,8 +20,8 @@ import pytest
 
 from specchat.chat.chatlog import load_conversation
 from specchat.chat.conversation import Turn
-from tests.backend.test_promptcache_real import long_source_file
-from tests.support.hostile import Terminal
+from tests.support.sourcetext import long_source_file
+from tests.support.tmux import Terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = f"{shlex.quote(sys.executable)} -m tests.support.chat_fake_cli"

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from specchat.chat.chatlog import load_conversation
-from tests.chat.test_repl import CTRL_D, ENTER, drive
 from tests.support import chat_fakes as f
-from tests.support.hostile import Terminal
+from tests.support.replkeys import CTRL_D, ENTER, drive
+from tests.support.tmux import Terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = f"{shlex.quote(sys.executable)} -m tests.support.chat_fake_cli"

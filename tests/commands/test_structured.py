@@ -17,33 +17,14 @@ from specchat.backend.local import Runtime
 from specchat.commands import ask as ask_cmd
 from specchat.engine.options import Structure
 from specchat.errors import UsageError
-from specchat.llm.tools import ToolSet
 from tests.support.clirun import FakeStdin, run_cli
-from tests.support.fakegrammar import FakeGrammar
+from tests.support.fakegrammar import JSON_EOS, JSON_PIECES, JsonGuides
 from tests.support.fakes import FakeModel
 
-PIECES = [b'{"name": ', b'"Ann"', b', "age": ', b"7", b"}", b"<eos>"]
-EOS = len(PIECES) - 1
-ANSWER = b"".join(PIECES[:-1]).decode()
+ANSWER = b"".join(JSON_PIECES[:-1]).decode()
 PERSON = {"type": "object", "properties": {"name": {"type": "string"},
                                            "age": {"type": "integer"}},
           "required": ["name", "age"]}
-
-
-class JsonGuides:
-    """Forces the one answer above, whatever was asked, and records what was asked."""
-
-    def __init__(self) -> None:
-        self.asked: list[Structure | None] = []
-
-    def prompt(self, messages: Any, tools: ToolSet) -> list[int]:
-        raise AssertionError("no tools here")
-
-    def constraint(self, structure: Structure | None,
-                   tools: ToolSet | None) -> FakeGrammar | None:
-        self.asked.append(structure)
-        table = {i: {i: i + 1} for i in range(EOS)}
-        return FakeGrammar(table, len(PIECES), accepting=[EOS], eog=[EOS])
 
 
 @pytest.fixture
@@ -52,7 +33,7 @@ def guides(monkeypatch: pytest.MonkeyPatch) -> Iterator[JsonGuides]:
     seen: list[list[dict[str, Any]]] = []
 
     def open_fake(settings: Any) -> Runtime:
-        model = FakeModel(len(PIECES), seed=1, eog=(EOS,), pieces=PIECES)
+        model = FakeModel(len(JSON_PIECES), seed=1, eog=(JSON_EOS,), pieces=JSON_PIECES)
 
         def chat_tokens(messages: Any) -> list[int]:
             seen.append(list(messages))

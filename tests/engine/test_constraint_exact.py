@@ -23,7 +23,7 @@ from specchat.engine.constraint import ConstraintError, StepMasks
 from specchat.engine.drafters import DraftModelDrafter
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, SamplingOptions
-from tests.engine.test_acceptance_exact import (  # noqa: F401 - memoized_warps is an autouse fixture
+from tests.support.exactness import (
     ALL_WARPS,
     P_MIN,
     PLAIN,
@@ -33,10 +33,11 @@ from tests.engine.test_acceptance_exact import (  # noqa: F401 - memoized_warps 
     assert_exact,
     chi2_pvalue,
     exact_sequences,
-    memoized_warps,
 )
 from tests.support.fakegrammar import FakeGrammar, Table
 from tests.support.fakes import FakeModel
+
+pytestmark = pytest.mark.usefixtures("memoized_warps")
 
 N_DRAWS = 20_000
 LENGTH = 3

@@ -21,17 +21,18 @@ from specchat.engine.draftlength import DraftLength, confidence_bucket, longest_
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.sampling import probs, recent_window, top_probability
-from tests.bench.test_priced_replay import cpu_profile, gpu_profile
-from tests.engine.test_acceptance_exact import (
+from tests.support.exactness import (
     P_MIN,
     PROMPT,
     Draws,
     assert_exact,
     chi2_pvalue,
     exact_sequences,
-    memoized_warps,  # noqa: F401 - the autouse fixture: the same memo here
 )
 from tests.support.fakes import FakeModel
+from tests.support.recordings import cpu_profile, gpu_profile
+
+pytestmark = pytest.mark.usefixtures("memoized_warps")
 
 N_DRAWS = 20_000
 WARPS = SamplingOptions(temperature=1.0, top_k=4)
@@ -217,7 +218,7 @@ def slow_prefill_profile() -> CostProfile:
     """The GPU profile with a draft that reads prompts slowly: 300 tokens cost it about 15
     target steps, more than a short answer can win back."""
     from specchat.bench import profiles
-    from tests.bench.test_priced_replay import profile_json
+    from tests.support.recordings import profile_json
 
     data = profile_json([1.0 + 0.05 * i for i in range(17)], 0.1, 0.0)
     data["draft"]["prefill_tokens_per_second"] = 2000

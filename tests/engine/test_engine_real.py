@@ -12,13 +12,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy import stats as sps
 
-from specchat.engine.build import generate
-from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.sampling import probs
-from specchat.llm import ChatTemplate, chat_tokens
+from tests.support.realengine import (
+    PROMPTS,
+    answer,
+    check_greedy_equivalence,
+    chi_square_p,
+    next_logits,
+    prompt_of,
+)
 
 # A missing llama-cpp-python build skips this file with a message instead of breaking the
 # collection of the whole suite.
@@ -33,18 +37,6 @@ pytestmark = pytest.mark.real
 
 N_DRAWS = 2000
 WARPS = SamplingOptions(temperature=1.0, top_k=8)
-PROMPTS = [
-    "Write a haiku about the sea.", "What is 17 times 23?", "Name three primary colours.",
-    "Explain recursion in one sentence.", "Translate 'good morning' into Spanish.",
-    "List the days of the week.", "def fib(n):\n    # complete this function",
-    "What is the capital of Japan?", "Give me a synonym for 'happy'.",
-    "Write a SQL query selecting all rows from users.", "Why is the sky blue?",
-    "Count from one to ten in words.", "Write a Python one-liner to reverse a list.",
-    "What does HTTP stand for?", "Summarise: The cat sat on the mat. The mat was red.",
-    "Repeat after me: the quick brown fox jumps over the lazy dog.",
-    "Write a short limerick about a programmer.", "What is the boiling point of water?",
-    "Suggest a name for a pet turtle.", "Describe a rainbow to a child.",
-]
 
 
 @pytest.fixture(scope="module")
@@ -62,24 +54,6 @@ def smol_q2(real_model_path: Callable[[str], Path],
         yield model
 
 
-def prompt_of(model: LlamaModel, text: str) -> list[int]:
-    return chat_tokens(model, ChatTemplate.from_model(model), [{"role": "user", "content": text}])
-
-
-def answer(target: LlamaModel, prompt: list[int], options: GenerationOptions,
-           draft: LlamaModel | None = None) -> Finished:
-    last = list(generate(target, prompt, options, draft=draft))[-1]
-    assert isinstance(last, Finished)
-    return last
-
-
-def next_logits(model: LlamaModel, context: list[int]) -> np.ndarray:
-    model.truncate(0)
-    row = model.eval(context, [-1])[0].copy()
-    model.truncate(0)
-    return row
-
-
 def exact_pairs(model: LlamaModel, prompt: list[int]) -> dict[tuple[int, int], float]:
     """P(t1, t2) under the warped target, enumerated over the top-k support."""
     p1 = probs(next_logits(model, prompt), [], WARPS)
@@ -89,23 +63,6 @@ def exact_pairs(model: LlamaModel, prompt: list[int]) -> dict[tuple[int, int], f
         for t2 in np.flatnonzero(p2):
             out[(int(t1), int(t2))] = float(p1[t1] * p2[t2])
     return out
-
-
-def chi_square_p(counts: Counter[tuple[int, int]], exact: dict[tuple[int, int], float]) -> float:
-    """Goodness of fit, pooling cells expected below 5 so the chi-square law holds."""
-    n = sum(counts.values())
-    assert set(counts) <= set(exact), "a sequence the target can never produce was drawn"
-    obs, exp, pool_o, pool_e = [], [], 0.0, 0.0
-    for cell, p in exact.items():
-        if p * n >= 5:
-            obs.append(counts.get(cell, 0))
-            exp.append(p * n)
-        else:
-            pool_o += counts.get(cell, 0)
-            pool_e += p * n
-    obs.append(pool_o)
-    exp.append(pool_e)
-    return float(sps.chisquare(obs, exp).pvalue)
 
 
 def draws(target: LlamaModel, prompt: list[int], spec: str,
@@ -139,64 +96,6 @@ def test_first_two_tokens_have_the_targets_exact_distribution(smol: LlamaModel,
     wrong = Counter(cells[i] for i in picks)
     outside = set(wrong) - set(exact)
     assert outside or chi_square_p(wrong, exact) < 1e-4
-
-
-def first_divergence(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def assert_near_tie(target: LlamaModel, context: list[int], plain: int, spec: int,
-                    where: str) -> None:
-    """Where a speculative answer left plain decoding's, the two tokens' logits after
-    `context` are no further apart than batched and single-token arithmetic differ there."""
-    row = next_logits(target, context)
-    gap = abs(float(row[plain]) - float(row[spec]))
-    noise = batch_noise(target, context)
-    print(f"{where}: logit gap {gap:.3f}, noise {noise:.3f}")
-    assert gap <= noise, f"{where}: gap {gap} > noise {noise}"
-
-
-def batch_noise(model: LlamaModel, context: list[int], width: int = 5) -> float:
-    """How far the same logits rows move between one-token steps and one batch of `width`
-    (the two ways plain and speculative decoding compute them): the float noise scale."""
-    single, batch = single_and_batch(model, context[:-width], context[-width:])
-    return float(np.max(np.abs(single - batch)))
-
-
-def single_and_batch(model: LlamaModel, prompt: list[int], tokens: list[int]
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """The logits of `tokens` one step at a time, and as one batch, after `prompt`."""
-    model.truncate(0)
-    model.eval(prompt, [])
-    single = np.stack([model.eval([t], [0])[0].copy() for t in tokens])
-    model.truncate(len(prompt))
-    batch = model.eval(tokens, list(range(len(tokens)))).copy()
-    model.truncate(0)
-    return single, batch
-
-
-def check_greedy_equivalence(target: LlamaModel, draft: LlamaModel | None, modes: list[str],
-                             n_tokens: int) -> dict[str, int]:
-    """Count prompts whose speculative output differs from plain decoding; at every
-    divergence the target's top-2 logits (single-token evaluation) must be a near tie."""
-    differ: dict[str, int] = dict.fromkeys(modes, 0)
-    for text in PROMPTS:
-        prompt = prompt_of(target, text)
-        off = answer(target, prompt, GenerationOptions(max_tokens=n_tokens, spec="off"))
-        for mode in modes:
-            spec = answer(target, prompt, GenerationOptions(max_tokens=n_tokens, spec=mode,
-                                                            draft_max=4), draft)
-            i = first_divergence(off.tokens, spec.tokens)
-            if i is None:
-                continue
-            differ[mode] += 1
-            assert_near_tie(target, [*prompt, *off.tokens[:i]], off.tokens[i], spec.tokens[i],
-                            f"{mode}: diverged at token {i}")
-    print(f"greedy divergences over {len(PROMPTS)} prompts: {differ}")
-    return differ
 
 
 def test_greedy_speculation_equals_plain_decoding_on_smollm2(smol: LlamaModel,

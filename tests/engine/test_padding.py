@@ -28,7 +28,7 @@ from specchat.engine.events import Finished
 from specchat.engine.options import SamplingOptions
 from specchat.engine.padding import pad_row, shared_logits
 from specchat.engine.sampling import sample
-from tests.engine.test_acceptance_exact import (  # noqa: F401 - memoized_warps is an autouse fixture
+from tests.support.exactness import (
     ALL_WARPS,
     P_MIN,
     PLAIN,
@@ -38,10 +38,11 @@ from tests.engine.test_acceptance_exact import (  # noqa: F401 - memoized_warps 
     chi2_pvalue,
     draw,
     exact_sequences,
-    memoized_warps,
     options,
 )
 from tests.support.fakes import FakeModel
+
+pytestmark = pytest.mark.usefixtures("memoized_warps")
 
 SHARED = 6  # ids both models have; the larger one has 2 more
 

@@ -33,7 +33,8 @@ from specchat.llm import (
 )
 from specchat.llm.files import requantize
 from specchat.llm.model import LlamaModel
-from tests.engine.test_engine_real import (
+from tests.support.gguf_pad import write_padded_copy
+from tests.support.realengine import (
     PROMPTS,
     answer,
     check_greedy_equivalence,
@@ -41,7 +42,6 @@ from tests.engine.test_engine_real import (
     next_logits,
     prompt_of,
 )
-from tests.support.gguf_pad import write_padded_copy
 
 pytestmark = pytest.mark.real
 

@@ -9,7 +9,7 @@ from specchat.engine.build import Hooks, generate
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.stats import Stats, StatsBuilder
-from tests.support.fakes import FakeModel
+from tests.support.fakes import FakeModel, TimedModel
 
 
 def test_recorded_steps_give_the_documented_numbers() -> None:
@@ -83,19 +83,6 @@ def test_to_dict_is_json_ready_and_includes_the_derived_numbers() -> None:
                 "accept_length_hist", "steps_empty", "last_k", "prompt_cached"):
         assert key in again
     assert isinstance(again["accept_length_hist"], list)
-
-
-class TimedModel(FakeModel):
-    """A fake target whose every eval of n tokens advances a fake clock by 1 + n/4 ticks,
-    so a run's times are exact and nothing else takes time."""
-
-    def __init__(self, now: list[float], **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.now = now
-
-    def eval(self, tokens, logit_rows):  # type: ignore[no-untyped-def]
-        self.now[0] += 1.0 + len(tokens) / 4
-        return super().eval(tokens, logit_rows)
 
 
 def timed_run(spec: str) -> Finished:

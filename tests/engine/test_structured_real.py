@@ -19,7 +19,7 @@ from specchat.engine.build import Hooks, generate
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, Structure
 from specchat.llm import ChatTemplate, chat_tokens
-from tests.engine.test_engine_real import PROMPTS, assert_near_tie, first_divergence
+from tests.support.realengine import PROMPTS, assert_near_tie, first_divergence
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see backends/)")
 grammar = pytest.importorskip("specchat.llm.grammar")

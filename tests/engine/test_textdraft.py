@@ -29,7 +29,7 @@ from specchat.engine.textdraft import (
     TextVocabs,
     continuation,
 )
-from tests.engine.test_acceptance_exact import (  # noqa: F401 - memoized_warps is an autouse fixture
+from tests.support.exactness import (
     P_MIN,
     PLAIN,
     TOPK_PENALTY,
@@ -38,10 +38,11 @@ from tests.engine.test_acceptance_exact import (  # noqa: F401 - memoized_warps 
     assert_exact,
     chi2_pvalue,
     exact_sequences,
-    memoized_warps,
 )
 from tests.support.fakes import FakeModel
 from tests.support.faketext import DRAFT_CONTROL, DRAFT_PIECES, FakeTextVocab, pair, text_model
+
+pytestmark = pytest.mark.usefixtures("memoized_warps")
 
 # "ab ca" then "<|end|>" then "ba": a control token inside, text on both sides of it
 PROMPT = [4, 3, 2, 0, 8, 5]
@@ -252,31 +253,6 @@ def test_a_recording_leaves_out_a_draft_of_another_vocabulary() -> None:
     made = record(runtime, [BenchPrompt("q1", "qa", "hi")], 8, "test")
     assert len(made.items) == 1 and made.items[0].draft is None
     assert made.items[0].answer  # the target's own answer is kept
-
-
-class _Described:
-    """A loaded model as far as the vocabulary check reads it."""
-
-    def __init__(self, info: object) -> None:
-        self.info = info
-
-    def vocab_info(self) -> object:
-        return self.info
-
-
-def test_only_a_draft_asked_for_by_name_may_speak_another_vocabulary() -> None:
-    from specchat.backend.loading import _text_vocabs
-    from specchat.errors import UsageError
-    from specchat.settings.load import LoadSettings
-    from tests.llm.test_vocab import info
-
-    target, same = _Described(info("t.gguf")), _Described(info("s.gguf"))
-    other = _Described(info("o.gguf", vocab_type="spm", n_tokens=300))
-    named, preset = LoadSettings(draft="o.gguf"), LoadSettings(draft=None)
-    assert _text_vocabs(named, target, same) is None  # type: ignore[arg-type]
-    assert _text_vocabs(named, target, other) is not None  # type: ignore[arg-type]
-    with pytest.raises(UsageError, match="cannot draft for target t.gguf: tokenizer type"):
-        _text_vocabs(preset, target, other)  # type: ignore[arg-type]
 
 
 # --- what a text draft costs -------------------------------------------------------------

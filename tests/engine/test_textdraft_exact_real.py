@@ -33,14 +33,13 @@ from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.protocol import ContextFullError
 from specchat.engine.textdraft import TextVocabs
-from tests.engine.test_acceptance_exact import (  # noqa: F401 - memoized_warps is an autouse fixture
+from tests.support.exactness import (
     P_MIN,
     Draws,
     always_accept,
     assert_exact,
     chi2_pvalue,
     exact_sequences,
-    memoized_warps,
 )
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
@@ -48,7 +47,7 @@ from specchat.llm import load_model  # noqa: E402
 from specchat.llm.model import LlamaModel  # noqa: E402
 from specchat.llm.textvocab import LlamaTextVocab  # noqa: E402
 
-pytestmark = pytest.mark.real
+pytestmark = [pytest.mark.real, pytest.mark.usefixtures("memoized_warps")]
 
 N_DRAWS = 2000
 N_CONTROL = 1000  # the wrong rules miss by far (p < 1e-80 at this count)

@@ -21,8 +21,8 @@ from specchat.engine.textdraft import TextVocabs
 from specchat.llm import compatibility_problems, load_model
 from specchat.llm.model import LlamaModel
 from specchat.llm.textvocab import LlamaTextVocab
-from tests.engine.test_engine_real import PROMPTS, assert_near_tie, first_divergence, prompt_of
 from tests.support.clirun import FakeStdin, run_cli
+from tests.support.realengine import PROMPTS, assert_near_tie, first_divergence, prompt_of
 
 pytestmark = pytest.mark.real
 

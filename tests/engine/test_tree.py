@@ -28,7 +28,7 @@ from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.policy import Step
 from specchat.engine.sampling import probs, sample
 from specchat.engine.tree import TreeDraft, accept_candidates
-from tests.engine.test_acceptance_exact import (
+from tests.support.exactness import (
     ALL_WARPS,
     LENGTH,
     N_DRAWS,
@@ -41,8 +41,9 @@ from tests.support.fakes import FakeModel, FakeTreeModel
 
 
 @pytest.fixture(autouse=True)
-def memoized_warps(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pure warp function memoized, as in test_acceptance_exact.py: only time changes."""
+def memoized_tree_warps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pure warp function memoized in the tree's acceptance and the loop, as the engine's
+    `memoized_warps` fixture does for the chain: only time changes."""
     memo: dict[tuple[Any, ...], np.ndarray] = {}
 
     def cached(logits: np.ndarray, recent: Sequence[int], opts: SamplingOptions) -> np.ndarray:

@@ -12,7 +12,7 @@ import pytest
 
 from specchat.engine.options import GenerationOptions
 from specchat.engine.protocol import common_prefix
-from tests.engine.test_engine_real import PROMPTS, answer, prompt_of, single_and_batch
+from tests.support.realengine import PROMPTS, answer, prompt_of, single_and_batch
 
 backend = pytest.importorskip("specchat.llm.model")
 files = pytest.importorskip("specchat.llm.files")

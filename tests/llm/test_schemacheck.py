@@ -5,9 +5,6 @@ and a bad one is refused before any answer, nesting and validation work are boun
 from __future__ import annotations
 
 import json
-import socket
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import jsonschema._keywords
@@ -17,43 +14,7 @@ import pytest
 from specchat.llm import schemacheck
 from specchat.llm.shapes import ShapeError, response_structure, toolset_of
 from specchat.llm.tools import Tool, ToolCall, accepts
-
-
-class Listener:
-    """A TCP listener on 127.0.0.1 that counts connections (and closes each at once)."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        self.running = True
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while self.running:
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.connections += 1
-            conn.close()
-
-    def close(self) -> None:
-        self.running = False
-        self.thread.join()
-        self.sock.close()
-
-
-@pytest.fixture
-def listener() -> Iterator[Listener]:
-    made = Listener()
-    yield made
-    made.close()
-
+from tests.support.listener import Listener
 
 NAMED = {"type": "function", "function": {"name": "f"}}
 

@@ -2,60 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-
 import pytest
 
 from specchat.errors import ModelError, UsageError
 from specchat.llm.template import ChatTemplate, chat_tokens
+from tests.support.llmstubs import GEMMA_LIKE, StubModel
 
 MESSAGES = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Hi ünïcode 👋"},
 ]
-
-GEMMA_LIKE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
-    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
-    "{% endif %}"
-    "{{ '<start_of_turn>' + message['role'] + '\n' + message['content'] | trim"
-    " + '<end_of_turn>\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
-)
-
-
-@dataclass
-class StubModel:
-    """Just enough of LlamaModel for template code: a toy character tokenizer."""
-
-    chat_template: str | None
-    bos_token: int | None = 1
-    eos_token: int | None = 2
-    add_bos: bool = True
-    path: Path = Path("stub.gguf")
-    specials: dict[str, int] = field(default_factory=lambda: {"<bos>": 1, "<eos>": 2})
-
-    def token_text(self, token: int) -> str:
-        return {v: k for k, v in self.specials.items()}[token]
-
-    def tokenize(self, text: str, *, add_special: bool = False,
-                 parse_special: bool = True) -> list[int]:
-        assert not add_special
-        tokens: list[int] = []
-        while text:
-            special = next((s for s in self.specials if text.startswith(s)), None)
-            special = special if parse_special else None
-            if special:
-                tokens.append(self.specials[special])
-                text = text[len(special):]
-            else:
-                tokens.append(1000 + ord(text[0]))
-                text = text[1:]
-        return tokens
 
 
 def test_model_without_template_gets_chatml_fallback_with_note() -> None:

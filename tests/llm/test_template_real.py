@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from specchat.llm.template import ChatTemplate, chat_tokens
-from tests.llm.test_template import GEMMA_LIKE
+from tests.support.llmstubs import GEMMA_LIKE
 
 llama_cpp = pytest.importorskip("llama_cpp",
                               reason="llama-cpp-python is not installed (see backends/)")

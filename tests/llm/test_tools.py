@@ -21,7 +21,7 @@ from specchat.llm.tools import (
     split_calls,
     tool_lark,
 )
-from tests.llm.test_template import StubModel
+from tests.support.llmstubs import StubModel
 
 # A Hermes-style template in the shape Qwen2.5's is (tools in the system turn, calls as
 # <tool_call> blocks, results in a user turn), written for these tests.

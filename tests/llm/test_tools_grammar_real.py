@@ -21,7 +21,7 @@ from specchat.engine.options import GenerationOptions, Structure
 from specchat.errors import UsageError
 from specchat.llm.template import ChatTemplate
 from specchat.llm.tools import CLOSE, OPEN, Tool, ToolSet, accepts, split_calls
-from tests.engine.test_engine_real import assert_near_tie, first_divergence
+from tests.support.realengine import assert_near_tie, first_divergence
 
 backend = pytest.importorskip("specchat.llm.model")
 files = pytest.importorskip("specchat.llm.files")

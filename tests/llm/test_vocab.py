@@ -11,24 +11,7 @@ import pytest
 from specchat.engine.padding import MAX_VOCAB_PADDING
 from specchat.errors import UsageError
 from specchat.llm.vocab import VocabInfo, check_compatible, compatibility_problems
-
-NORMAL, CONTROL, UNUSED = 4, 8, 2  # llama_token_attr bits
-
-
-def info(name: str = "a.gguf", **changes: object) -> VocabInfo:
-    base = VocabInfo(
-        name=name,
-        vocab_type="bpe",
-        pre="qwen2",
-        n_tokens=6,
-        specials={"bos": 0, "eos": 1, "eot": None, "pad": None},
-        add_bos=False,
-        add_eos=False,
-        eog=frozenset({1}),
-        texts=(b"<s>", b"</s>", b"a", b"b", b"\xc3\xa9", b"cd"),
-        types=(CONTROL, CONTROL, NORMAL, NORMAL, NORMAL, NORMAL),
-    )
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+from tests.support.llmstubs import CONTROL, NORMAL, UNUSED, info
 
 
 def padded(base: VocabInfo, n: int, name: str = "padded.gguf") -> VocabInfo:

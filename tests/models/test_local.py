@@ -13,8 +13,8 @@ import pytest
 from specchat.llm.vocab import VocabInfo, compatibility_problems, prints_compatible, vocab_print
 from specchat.models import local
 from specchat.models.pairing import MAX_DRAFT_SHARE, can_pay
-from tests.models.test_local_real import ollama_model
-from tests.support.clirun import FakeStdin, run_cli
+from tests.support.clirun import run_cli
+from tests.support.modeltrees import ollama_model
 
 
 def tiny_gguf(path: Path, n_tokens: int = 8) -> Path:
@@ -30,22 +30,6 @@ def tiny_gguf(path: Path, n_tokens: int = 8) -> Path:
     writer.write_ti_data_to_file()
     writer.close()
     return path
-
-
-@pytest.fixture
-def trees(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
-    home = tmp_path / "home"
-    places = {"ollama": tmp_path / "ollama", "llama": tmp_path / "llama-cache",
-              "lmstudio": home / ".lmstudio" / "models", "outside": tmp_path / "outside"}
-    for place in places.values():
-        place.mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("OLLAMA_MODELS", str(places["ollama"]))
-    monkeypatch.setenv("LLAMA_CACHE", str(places["llama"]))
-    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path / "specchat"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    monkeypatch.setattr("sys.stdin", FakeStdin(b"", tty=True))
-    return places
 
 
 def ask(name: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

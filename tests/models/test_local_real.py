@@ -5,48 +5,14 @@ place, and a draft found among them."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
-import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.support.clirun import FakeStdin, run_cli
-
-REGISTRY = "registry.test"  # ollama's own is a host name; any folder name works the same
-
-
-def link_or_copy(src: Path, dst: Path) -> Path:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copyfile(src, dst)
-    return dst
-
-
-def ollama_model(root: Path, name: str, tag: str, blob_of: Path | None,
-                 namespace: str = "library", media: str = "application/vnd.ollama.image.model",
-                 digest: str | None = None) -> Path:
-    """An ollama manifest for `blob_of` (stored as ollama stores blobs), as `ollama pull`
-    leaves it; `digest` overrides what the manifest names."""
-    hexdigest = hashlib.sha256(name.encode() + tag.encode()).hexdigest()
-    if blob_of is not None:
-        link_or_copy(blob_of, root / "blobs" / f"sha256-{hexdigest}")
-    manifest = root / "manifests" / REGISTRY / namespace / name / tag
-    manifest.parent.mkdir(parents=True, exist_ok=True)
-    manifest.write_text(json.dumps({
-        "schemaVersion": 2,
-        "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
-                   "digest": "sha256:" + "0" * 64, "size": 10},
-        "layers": [{"mediaType": "application/vnd.ollama.image.template",
-                    "digest": "sha256:" + "1" * 64, "size": 5},
-                   {"mediaType": media, "digest": digest or f"sha256:{hexdigest}",
-                    "size": 1}]}))
-    return manifest
+from tests.support.clirun import run_cli
+from tests.support.modeltrees import link_or_copy, ollama_model
 
 
 @pytest.fixture(scope="module")
@@ -67,23 +33,6 @@ def smol_f32(smol: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
                                         ctypes.byref(params))
     assert rc == 0
     return out
-
-
-@pytest.fixture
-def trees(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
-    """Empty ollama, LM Studio and llama.cpp folders, and a specchat of its own."""
-    home = tmp_path / "home"
-    places = {"home": home, "ollama": tmp_path / "ollama", "llama": tmp_path / "llama-cache",
-              "lmstudio": home / ".lmstudio" / "models", "specchat": tmp_path / "specchat"}
-    for place in places.values():
-        place.mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("OLLAMA_MODELS", str(places["ollama"]))
-    monkeypatch.setenv("LLAMA_CACHE", str(places["llama"]))
-    monkeypatch.setenv("SPECCHAT_HOME", str(places["specchat"]))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    monkeypatch.setattr("sys.stdin", FakeStdin(b"", tty=True))
-    return places
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:

@@ -1,8 +1,6 @@
-"""A cached model file is checked by its size every time.
-
-A truncated file next to a checksum sidecar used to count as present and was handed to
-llama.cpp. Now the sidecar records the verified size, a file that does not match is not
-loaded, `pull` fetches it again and a run without pulling says so in one line.
+"""A cached model file is checked by its size every time: the checksum sidecar records the
+verified size, a file that does not match it (truncated, a bad copy) is not present and never
+reaches llama.cpp, `pull` fetches it again and a run without pulling says so in one line.
 """
 
 from __future__ import annotations
@@ -14,8 +12,9 @@ import pytest
 
 from specchat.errors import ModelError
 from specchat.models import cache, load_presets, preset_present, resolve
-from tests.models.test_download import PAYLOAD, write_presets
-from tests.support.wheelfactory import isolate, mirror_preset_toml
+from tests.support.wheelfactory import gguf_bytes, isolate, mirror_preset_toml, write_presets
+
+PAYLOAD = gguf_bytes(300_001, seed=1)
 
 
 @pytest.fixture

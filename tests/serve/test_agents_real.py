@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
-from tests.serve.test_serve_real import KEY, ROOT, Served, serve_preset
 from tests.support.agent_clients import WEATHER_SAYS, Report
+from tests.support.realserve import KEY, ROOT, Served, serve_preset
 
+pytest.importorskip("openai")
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 QWEN = "qwen2.5-coder-0.5b"

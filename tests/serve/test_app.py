@@ -3,7 +3,6 @@ errors, queueing and cancelling. The real server process is in test_serve_real.p
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -20,6 +19,7 @@ from specchat.serve.worker import READY, Done, Job, Worker
 from specchat.settings.schema import BY_NAME, GENERATION, group
 from tests.support.fake_runtime import chat_encode, encode, fake_model, fake_runtime
 from tests.support.fakes import FakeModel
+from tests.support.sse import sse
 
 DEFAULTS = {name: BY_NAME[name].default for name in group(GENERATION) if name != "system"}
 HELLO = [{"role": "user", "content": "hello"}]
@@ -82,17 +82,6 @@ def expected(messages: list[dict[str, str]] | None = None, raw: str | None = Non
     events = list(generate(fake_model(), prompt, options))
     assert isinstance(events[-1], Finished)
     return events[-1]
-
-
-def sse(response: Any) -> list[Any]:
-    """The data payloads of a server-sent-events body, JSON-decoded except [DONE]."""
-    out = []
-    for line in response.text.split("\n\n"):
-        if line.strip():
-            assert line.startswith("data: "), line
-            data = line[len("data: "):]
-            out.append(data if data == "[DONE]" else json.loads(data))
-    return out
 
 
 def test_chat_answer_is_the_engines_answer_with_usage(client: TestClient) -> None:

@@ -15,8 +15,8 @@ from specchat.backend.draftstore import usage_by_vocabulary
 from specchat.engine.events import drain
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.settings.load import LoadSettings
-from tests.serve.test_hostile import MODEL, Server, start, stop
 from tests.support.clirun import run_cli
+from tests.support.fakeserve import MODEL, Server, start, stop
 from tests.support.serve_fake_cli import open_fake
 
 KEYS = ("key-alice", "key-bob")

@@ -5,75 +5,18 @@ httpx and the real `openai` client."""
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.support.clirun import FakeStdin, run_cli
-from tests.support.serveproc import free_port, wait_ready
-from tests.support.serveproc import stop as stop_process
+from tests.support.fakeserve import HELLO, MODEL, Server, start, stop
 
 openai = pytest.importorskip("openai")
-
-ROOT = Path(__file__).resolve().parents[2]
-MODEL = "fake-model"
-HELLO = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
-
-
-@dataclass
-class Server:
-    url: str
-    port: int
-    proc: subprocess.Popen[bytes]
-    log: Path
-    calls: Path  # one line per model call
-
-    def log_text(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
-
-    def model_calls(self) -> int:
-        return len(self.calls.read_text().splitlines()) if self.calls.exists() else 0
-
-    def client(self, **kw: object) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0,
-                             timeout=60, **kw)  # type: ignore[arg-type]
-
-    def post(self, body: bytes | str, *, content_type: str = "application/json",
-             **headers: str) -> httpx.Response:
-        data = body.encode() if isinstance(body, str) else body
-        return httpx.post(self.url + "/v1/chat/completions", content=data, timeout=60,
-                          headers={"Content-Type": content_type, **headers})
-
-
-def start(home: Path, *args: str, delay: float = 0.0, files: int | None = None) -> Server:
-    port = free_port()
-    home.mkdir(parents=True, exist_ok=True)
-    log, calls = home / f"serve-{port}.log", home / f"calls-{port}.log"
-    env = {**os.environ, "SPECCHAT_HOME": str(home), "PYTHONPATH": str(ROOT),
-           "SERVE_FAKE_DELAY": str(delay), "SERVE_FAKE_LOG": str(calls)}
-
-    command = [sys.executable, "-m", "tests.support.serve_fake_cli", "serve", "-m", MODEL, "--port",
-               str(port), "--spec", "off", *args]
-    if files is not None:  # a low open-file limit, as `ulimit -n` sets it
-        command = ["bash", "-c", f"ulimit -n {files} && exec \"$@\"", "serve", *command]
-    with log.open("w") as sink:
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                stderr=sink)
-    server = Server(f"http://127.0.0.1:{port}", port, proc, log, calls)
-    wait_ready(proc, server.url, log)
-    return server
-
-
-def stop(server: Server) -> None:
-    stop_process(server.proc)
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +94,7 @@ def test_too_many_messages_are_refused_before_rendering(served: Server) -> None:
     assert error["code"] == "too_many_messages" and "--max-messages" in str(error["message"])
 
 
-# --- bodies that used to be a 500 ------------------------------------------------------------
+# --- bodies Python cannot take as they are: a 400, never a 500 -------------------------------
 def test_a_lone_surrogate_is_400(served: Server) -> None:
     body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "a\ud800b"}]})
     assert "\\ud800" in body  # json.dumps escapes it: the server gets a lone \ud800 escape

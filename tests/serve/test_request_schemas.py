@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.llm.test_schemacheck import Listener
-from tests.serve.test_hostile import MODEL, Server, start, stop
+from tests.support.fakeserve import MODEL, Server, start, stop
+from tests.support.listener import Listener
 
 USER = [{"role": "user", "content": "hello"}]
 
@@ -23,13 +23,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     stop(server)
     log = server.log_text()
     assert "Traceback" not in log and "RecursionError" not in log and " 500 " not in log
-
-
-@pytest.fixture
-def listener() -> Iterator[Listener]:
-    made = Listener()
-    yield made
-    made.close()
 
 
 def _refused(served: Server, body: dict[str, Any], param: str) -> str:

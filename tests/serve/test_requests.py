@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from specchat.engine.options import MAX_STOP_CHARS, MAX_STOPS
-from tests.serve.test_hostile import HELLO, Server, start, stop
+from tests.support.fakeserve import HELLO, Server, start, stop
 
 
 @pytest.fixture(scope="module")

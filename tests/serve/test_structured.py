@@ -21,9 +21,9 @@ from specchat.llm.tools import ToolSet
 from specchat.serve.app import ServeConfig, create_app
 from specchat.serve.worker import READY, Worker
 from specchat.settings.schema import BY_NAME, GENERATION, group
-from tests.serve.test_app import sse
 from tests.support.fakegrammar import FakeGrammar
 from tests.support.fakes import FakeModel
+from tests.support.sse import sse
 
 DEFAULTS = {name: BY_NAME[name].default for name in group(GENERATION) if name != "system"}
 CALL = b'{"name": "get_weather", "arguments": {"city": "Paris"}}'

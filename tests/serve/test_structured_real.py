@@ -17,9 +17,10 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests.serve.test_serve_real import KEY, Served, serve_preset
+from tests.support.realserve import KEY, Served, serve_preset
 
 openai = pytest.importorskip("openai")
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 QWEN = "qwen2.5-coder-1.5b"

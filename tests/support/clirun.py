@@ -1,9 +1,14 @@
-"""Running the real CLI entry point in-process: exit code, stdout and stderr."""
+"""Running the real CLI: in-process through its entry point (exit code, stdout, stderr), or as
+its own `python -m specchat` process."""
 
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -32,3 +37,13 @@ def run_cli(args: Sequence[str], capsys: pytest.CaptureFixture[str]) -> tuple[in
         code = int(exc.code or 0)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def run_cli_process(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`python -m specchat ARGS` as its own process, this checkout first on its path, no
+    stdin."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([sys.executable, "-m", "specchat", *args], capture_output=True,
+                          text=True, env=env, stdin=subprocess.DEVNULL, timeout=timeout,
+                          check=False)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from specchat.backend.base import Message, RuntimeInfo
 from specchat.backend.local import Runtime
+from specchat.engine.build import generate
+from specchat.engine.events import Finished
+from specchat.engine.options import GenerationOptions, SamplingOptions
 from tests.support.fakes import FakeModel
 
 WORDS = [f"w{i} " for i in range(30)] + ["é", "<eos>"]
@@ -39,3 +43,12 @@ def fake_runtime(target: FakeModel | None = None, draft: FakeModel | None = None
                                     draft_name="fake-draft" if draft else None,
                                     draft_path="/models/draft.gguf" if draft else None,
                                     template_note="chatml-like fake template"))
+
+
+def plain_answer(prompt: str, n: int, **sampling: Any) -> Finished:
+    """What the fake model answers to a one-message chat, `n` tokens of plain decoding."""
+    options = GenerationOptions(sampling=SamplingOptions(**sampling), max_tokens=n, spec="off")
+    events = list(generate(fake_model(), chat_encode([{"role": "user", "content": prompt}]),
+                           options))
+    assert isinstance(events[-1], Finished)
+    return events[-1]

@@ -11,7 +11,9 @@ thread on 127.0.0.1, for the tests of `--endpoint` against broken or hostile ser
   wrong_shape JSON events whose fields have the wrong types
   silent      never answers (the test ends it)
   redirect    307 to `target` + the same path (another server), or to /v2/... on this one
-GET /v1/models lists one model. Every request is recorded (method, path, headers, body).
+`words` are what `ok` streams (and `cut` begins); a request whose body holds `refuse` gets a
+400 whose message holds them. GET /v1/models lists one model. Every request is recorded
+(method, path, headers, body).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ WORDS = ["Hello", " from", " a", " fake", " server", "."]
 @dataclass
 class FakeEndpoint:
     mode: str = "ok"
+    words: list[str] = field(default_factory=lambda: list(WORDS))
+    refuse: str | None = None
     target: str | None = None  # where `redirect` points (None: this server's /v2)
     url: str = ""
     requests: list[tuple[str, str, dict[str, str], bytes]] = field(default_factory=list)
@@ -64,6 +68,8 @@ def _handler(ep: FakeEndpoint) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(size)
             ep.requests.append(("POST", self.path, dict(self.headers), body))
             mode = "ok" if self.path.startswith("/v2/") else ep.mode  # where redirects lead
+            if ep.refuse is not None and ep.refuse.encode() in body:
+                mode = "refused"
             try:
                 getattr(self, f"_{mode}")()
             except (BrokenPipeError, ConnectionResetError):
@@ -76,17 +82,23 @@ def _handler(ep: FakeEndpoint) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Length", str(length))
             self.end_headers()
 
+        def _refused(self) -> None:
+            error = json.dumps({"error": {"message": f"refused {''.join(ep.words)}",
+                                          "type": "x"}}).encode()
+            self._head(400, "application/json", len(error))
+            self.wfile.write(error)
+
         def _ok(self) -> None:
             self._head(200, "text/event-stream")
             self.wfile.write(chunk("", role=True))
-            for word in WORDS:
+            for word in ep.words:
                 self.wfile.write(chunk(word))
             self.wfile.write(chunk(reason="stop"))
             self.wfile.write(b"data: [DONE]\n\n")
 
         def _cut(self) -> None:
             self._head(200, "text/event-stream")
-            for word in WORDS[:3]:
+            for word in ep.words[:3]:
                 self.wfile.write(chunk(word))
 
         def _html(self) -> None:

@@ -5,10 +5,13 @@ constrained distribution and check the engine against it."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from specchat.engine.constraint import ConstraintError
+from specchat.engine.options import Structure
+from specchat.llm.tools import ToolSet
 
 # state -> {token: next state}; tokens missing from a state's map are forbidden there.
 Table = Mapping[int, Mapping[int, int]]
@@ -86,3 +89,25 @@ class FakeGrammar:
                 return False
             state = nxt
         return True
+
+
+# --- guides that write one JSON object ---------------------------------------------------
+JSON_PIECES = [b'{"name": ', b'"Ann"', b', "age": ', b"7", b"}", b"<eos>"]
+JSON_EOS = len(JSON_PIECES) - 1
+
+
+class JsonGuides:
+    """Guides that force the one JSON answer of JSON_PIECES, whatever was asked, and record
+    what was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[Structure | None] = []
+
+    def prompt(self, messages: Any, tools: ToolSet) -> list[int]:
+        raise AssertionError("no tools here")
+
+    def constraint(self, structure: Structure | None,
+                   tools: ToolSet | None) -> FakeGrammar | None:
+        self.asked.append(structure)
+        table = {i: {i: i + 1} for i in range(JSON_EOS)}
+        return FakeGrammar(table, len(JSON_PIECES), accepting=[JSON_EOS], eog=[JSON_EOS])

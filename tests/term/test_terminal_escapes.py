@@ -22,6 +22,7 @@ from specchat.chat.chatlog import conversation_files, load_conversation
 from specchat.term.safe import visible
 from tests.support import hostile
 from tests.support.fakehub import FakeHub, serve
+from tests.support.tmux import Terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = f"{shlex.quote(sys.executable)} -m tests.support.chat_fake_cli"
@@ -47,13 +48,13 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def terminal(tmp_path: Path, env: dict[str, str]) -> Iterator[tuple[hostile.Terminal, Path]]:
-    term = hostile.Terminal(f"specchat-esc-{os.getpid()}-{tmp_path.name}")
+def terminal(tmp_path: Path, env: dict[str, str]) -> Iterator[tuple[Terminal, Path]]:
+    term = Terminal(f"specchat-esc-{os.getpid()}-{tmp_path.name}")
     yield term, tmp_path
     term.close()
 
 
-def _run_script(term: hostile.Terminal, tmp: Path, env: dict[str, str], lines: list[str]
+def _run_script(term: Terminal, tmp: Path, env: dict[str, str], lines: list[str]
                 ) -> str:
     """Run the lines in the tmux terminal (env as the tmux server's); the final screen."""
     script = tmp / "run.sh"
@@ -62,7 +63,7 @@ def _run_script(term: hostile.Terminal, tmp: Path, env: dict[str, str], lines: l
     return term.wait_for("ALL-DONE", timeout=180)
 
 
-def _assert_not_obeyed(term: hostile.Terminal, screen: str, *markers: str) -> None:
+def _assert_not_obeyed(term: Terminal, screen: str, *markers: str) -> None:
     assert term.clipboard() == "", "an OSC 52 reached the terminal: the clipboard was written"
     assert term.title() == "untouched", "an OSC 2 reached the terminal: the title changed"
     for marker in markers:  # nothing was cleared away
@@ -72,7 +73,7 @@ def _assert_not_obeyed(term: hostile.Terminal, screen: str, *markers: str) -> No
 @needs_tmux
 @pytest.mark.slow
 def test_answers_errors_and_names_are_shown_not_obeyed_in_a_terminal(
-        terminal: tuple[hostile.Terminal, Path], env: dict[str, str]) -> None:
+        terminal: tuple[Terminal, Path], env: dict[str, str]) -> None:
     term, tmp = terminal
     missing = shlex.quote(f"{tmp}/no{hostile.CLIPBOARD}such")
     hub_files = {"evil/x-GGUF": {f"x{hostile.CLIPBOARD}{hostile.TITLE}-Q4_K_M.gguf":
@@ -127,7 +128,7 @@ def test_pipes_and_files_get_the_exact_bytes(tmp_path: Path, env: dict[str, str]
 @needs_tmux
 @pytest.mark.slow
 def test_an_interactive_chat_and_its_replay_show_escapes_in_a_real_terminal(
-        terminal: tuple[hostile.Terminal, Path], env: dict[str, str]) -> None:
+        terminal: tuple[Terminal, Path], env: dict[str, str]) -> None:
     term, tmp = terminal
     term.start(f"cd {shlex.quote(str(ROOT))} && {FAKE} chat; echo EXIT=$?", env)
     term.wait_for("/help for commands")
