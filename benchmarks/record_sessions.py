@@ -1,4 +1,4 @@
-"""Record the built-in sessions (or a session file) as an acceptance recording, for the sweep.
+"""The built-in sessions recorded for the sweep (specchat/bench/recordings/README.md).
 
 Each request of each session is answered greedily and plainly by the target, as a fresh
 one-shot question (its session's system prompt, then the request: what `bench --sessions`
