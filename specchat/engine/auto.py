@@ -1,15 +1,10 @@
 """`auto`: per step, draft with whatever is expected to give the most tokens per second.
 
-The choice is between a plain step (k=0), prompt lookup (`ngram`: nearly free to propose,
-one-hot q), the draft model (`draft`: costs draft steps) and the drafting store (`store`:
-a chain or a tree priced by the store drafter itself, storedraft.py), each with its own k,
-from measured verify costs and the acceptance observed so far (per drafter, per draft
-position; for prompt lookup also by how long the n-gram match is). Once the draft model is
-chosen, how far it drafts follows its own confidence in each token (draftlength.py). The
-state that learns lives in AutoState and is kept across answers (a chat, a benchmark), so
-each answer starts from what the last one taught.
-
-Exactness does not depend on any of this: the loop verifies whatever is proposed.
+The choice is between a plain step, prompt lookup, the draft model and the drafting store
+(which prices its own drafts, storedraft.py), each with its own k, from measured verify
+costs and the acceptance observed so far. How far the draft model drafts follows its own
+confidence (draftlength.py). AutoState is kept across answers, so each answer starts from
+what the last one taught. Exactness does not depend on any of this.
 """
 
 from __future__ import annotations
@@ -196,9 +191,6 @@ class AutoState:
 
 
 class AutoPolicy(DraftPolicy):
-    """The `auto` draft policy (policy.DraftPolicy): per step, prompt lookup, the draft model,
-    the drafting store or a plain step, each with its own k, whichever is expected to give
-    the most tokens per second."""
 
     def __init__(self, state: AutoState, ngram: PromptLookupDrafter,
                  draft: DraftModelDrafter | TextDrafter | None, k_max: int,

@@ -26,13 +26,13 @@ import numpy as np
 # the 17th shares the 17th's counts.
 MAX_N = 17
 # Every observation says what one plain step costs now (its seconds over its batch's ratio);
-# the median of the last SCALE_WINDOW of them is the current scale. When that median has
-# moved more than DRIFT_LIMIT (either way) from the scale the table started from, the table
-# counts as rescaled: the cache is stale and is written back.
+# the median of the last DRIFT_WINDOW of them is the current scale. When that median has
+# moved more than DRIFT_LIMIT (either way) from the scale last kept, the table counts as
+# rescaled: the cache is stale and is written back.
 DRIFT_LIMIT = 1.2
 DRIFT_WINDOW = 16
-SCALE_WINDOW = DRIFT_WINDOW
 MIN_SCALE_SAMPLES = 3
+MARGIN = 0.02  # a draft must be expected to beat a plain step by this much to be chosen
 SHAPE_WEIGHT = 0.05  # EMA weight of one observation on its batch's ratio: shapes drift slowly
 SHAPE_CLIP = 1.5  # one observation counts as at most this factor off the current ratio
 
@@ -95,7 +95,7 @@ class CostTable:
         if n > len(self.shape):
             self.shape.extend(self.ratio(i) for i in range(len(self.shape) + 1, n + 1))
         self.samples.append(seconds / self.ratio(n))
-        del self.samples[:-SCALE_WINDOW]
+        del self.samples[:-DRIFT_WINDOW]
         # Until a few samples are in, the scale is the calibration's: no basis for a shape.
         if len(self.samples) >= MIN_SCALE_SAMPLES:
             self.scale = statistics.median(self.samples)
@@ -198,11 +198,9 @@ class Shadow:
     parents before children. The way both `auto` (undrafted lookups) and the store drafter
     (every candidate of its last lookup) learn acceptance for free.
 
-    A candidate that is a function of the context alone can be scored against the tokens
-    the target then committed, and without this a kind of candidate that keeps being
-    declined would never show that it pays. It is unbiased when sampling too: a one-hot
-    draft token x is accepted with probability p(x), and the target's own token is x with
-    that same probability.
+    Without this a kind of candidate that keeps being declined would never show that it
+    pays. It is unbiased when sampling too: a one-hot draft token x is accepted with
+    probability p(x), and the target's own token is x with that same probability.
     """
 
     start: int
@@ -257,14 +255,8 @@ class Choice:
     expected_speedup: float  # E(k)/T(k) over a plain step's 1/T(0)
 
 
-def choose(
-    costs: CostTable,
-    candidates: Sequence[Candidate],
-    models: Callable[[Hashable], AcceptanceModel],
-    *,
-    optimism: float = 1.0,
-    margin: float = 0.02,
-) -> Choice:
+def choose(costs: CostTable, candidates: Sequence[Candidate],
+           models: Callable[[Hashable], AcceptanceModel], *, optimism: float = 1.0) -> Choice:
     """Pick the drafter and k maximising expected tokens per second; k=0 unless it pays."""
     plain_seconds = costs.cost(1)
     plain = 1.0 / plain_seconds
@@ -278,7 +270,7 @@ def choose(
             gain = tokens / ((1.0 - cand.miss) * seconds + missed) / plain
             if gain > best.expected_speedup:
                 best = Choice(cand.drafter, k, gain)
-    if best.drafter is not None and best.expected_speedup < 1.0 + margin:
+    if best.drafter is not None and best.expected_speedup < 1.0 + MARGIN:
         return Choice(None, 0, 1.0)
     return best
 

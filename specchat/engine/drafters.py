@@ -1,13 +1,10 @@
 """Drafters: cheap guesses of the next few tokens, which the target then verifies.
 
-Every drafter implements `Drafter`: it sees the committed context (prompt + answer so far)
-and proposes up to k tokens as a chain (`Draft`, with the distribution q each was drawn from;
-None when the proposal is a deterministic function of the context, i.e. a one-hot q, as in
-prompt lookup) or, where the target verifies trees, as a `TreeDraft` (engine/tree.py). After
-the loop commits a step the policy calls `committed(context)`; on any exit `reset(context)`.
-The drafters: prompt lookup (`ngram`, here), a draft model of the target's vocabulary
-(`draft`, here) or of another (`draft`, engine/textdraft.py), the drafting store (`store`,
-engine/storedraft.py); a grammar's forced tokens (`grammar`) come from policy.GuidedPolicy.
+A drafter proposes up to k tokens after the committed context as a chain (`Draft`, with the
+distribution q each was drawn from; None when the proposal is a function of the context, a
+one-hot q) or, where the target verifies trees, as a `TreeDraft`. Here: prompt lookup and a
+draft model of the target's vocabulary; textdraft.py drafts with another vocabulary,
+storedraft.py from the store; a grammar's forced tokens come from policy.GuidedPolicy.
 """
 
 from __future__ import annotations
@@ -138,9 +135,7 @@ def fill_cache(model: LogitsModel, tokens: Sequence[int], *, chunk: int = PREFIL
 class DraftModelDrafter(Drafter):
     """Samples k tokens from a small model's warped distribution q, keeping every q row.
 
-    Its cache is reused across steps: it holds a prefix of the committed context, so each
-    step evaluates only the tokens it has not seen (typically the previous step's correction
-    or bonus token, plus the last accepted draft).
+    Its cache holds a prefix of the committed context across steps.
 
     `n_target` is the target's vocabulary size when it differs from the draft's by padding
     ids: q rows then have the target's length and never give weight to an id the target
@@ -226,10 +221,9 @@ class DraftModelDrafter(Drafter):
         try:
             while True:
                 recent = recent_window(context, tokens, self.sampling.repeat_last_n)
-                confident = stop is not None
-                token, q, confidence = (
-                    self._choose(logits, recent, rng, confident) if guide is None else
-                    self._choose(logits, recent, rng, confident, guide.allowed()))
+                token, q, confidence = self._choose(
+                    logits, recent, rng, stop is not None,
+                    None if guide is None else guide.allowed())
                 tokens.append(token)
                 confidences.append(confidence)
                 if q is not None:
@@ -284,10 +278,7 @@ class DraftModelDrafter(Drafter):
 
 
 class PromptLookupDrafter(Drafter):
-    """Proposes what followed the longest recent n-gram match in the whole context.
-
-    The proposal is a deterministic function of the context, so q is one-hot (None).
-    """
+    """Proposes what followed the longest recent n-gram match in the context (one-hot q)."""
 
     def __init__(self, min_match: int = 2, max_match: int = 4) -> None:
         # Shared with the store drafter where `auto` drafts from the store (engine/build.py).

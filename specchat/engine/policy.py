@@ -1,11 +1,8 @@
 """Draft policies: per step, what to draft (and how much), and learning from how it went.
 
-The loop asks its policy for a draft of at most `limit` tokens before every step (an empty
-draft means a plain step) and hands it the step's facts as one `Step` afterwards. `off` is
-Plain; `draft` and `ngram` are Adaptive over one drafter; `auto` (auto.py) weighs every
-drafter against a plain step with measured costs. The policies are built outside the loop
-(engine/build.py). Exactness never depends on the policy: the loop verifies whatever is
-proposed.
+`off` is Plain; `draft` and `ngram` are Adaptive over one drafter; `auto` is auto.py. They are
+built in engine/build.py. Exactness never depends on the policy: the loop verifies whatever
+is proposed.
 """
 
 from __future__ import annotations
@@ -66,10 +63,10 @@ class Adaptive(DraftPolicy):
     while copying, short ones otherwise, since on CPUs every rejected token costs most of a
     step (docs/costs.md)."""
 
-    def __init__(self, drafter: Drafter, k_max: int, k_start: int = 4) -> None:
+    def __init__(self, drafter: Drafter, k_max: int) -> None:
         self.drafter = drafter
         self.k_max = max(0, k_max)
-        self.k = min(max(1, k_start), self.k_max)
+        self.k = min(4, self.k_max)  # the first draft's length
 
     def prepare(self, context: Sequence[int]) -> None:
         self.drafter.prepare(context)

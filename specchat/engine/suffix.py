@@ -1,18 +1,15 @@
 """A suffix index over stored token records: where the context's last tokens occurred before,
 and what followed them there.
 
-A store is a list of segments (the backend reads them from disk; the engine never does I/O).
-A segment holds records of token ids, each closed by SEP, and a sorted index of every k-gram
-that has a continuation: (hash of the k tokens ending at position p, p), ordered by hash and
-then by p. A lookup hashes the context's last k tokens, finds the most recent occurrences in
-each segment by binary search (newest segment first), measures how long each match really is
-by comparing backwards, and returns what followed each occurrence.
+A store is a list of segments (read from disk by the backend). A segment holds records of
+token ids, each closed by SEP, and the (hash, position) of every k-gram with a continuation,
+sorted. A lookup binary-searches the hash of the context's last k tokens in each segment,
+newest first, and measures each match's true length by comparing backwards.
 
-Why hashed k-grams and not a suffix tree: a full store (64 MB by default, ~4M tokens) must
-open in well under 100 ms and be written to by several processes at once. Sorted arrays in
-immutable files open by mmap in microseconds, merge with numpy, and answer a lookup with one
-binary search per segment; the backward comparison then gives the true match length (up to
-MAX_MATCH), which is what a suffix tree's depth would give.
+Why hashed k-grams and not a suffix tree: a full store (~4M tokens) must open in well under
+100 ms and be written to by several processes at once. Sorted arrays in immutable files open
+by mmap in microseconds and merge with numpy; the backward comparison gives the match length
+(up to MAX_MATCH) a suffix tree's depth would.
 
 Bytes on disk are hostile: every position an index hands out is checked against its segment's
 length, and token ids the model does not have end a continuation.
@@ -182,8 +179,7 @@ class SuffixIndex:
 
     def lookup(self, context: Sequence[int], *, max_occurrences: int = 48,
                depth: int = 16) -> Matches | None:
-        """Up to `max_occurrences` most recent occurrences of the context's last k tokens,
-        each with its match length and the `depth` tokens that followed; None if none."""
+        """The most recent occurrences of the context's last k tokens; None if none."""
         k = self.k
         if len(context) < k or self.empty:
             return None
@@ -198,9 +194,8 @@ class SuffixIndex:
         return m if keep.all() else m.select(keep)
 
     def _occurrences(self, key: int, max_occurrences: int, depth: int) -> _Windows | None:
-        """The store's side of a lookup: where the key occurs and the windows around it. It
-        does not depend on the context, and a step's key has usually been looked up earlier
-        in the answer, so it is kept (read-only) for the next time."""
+        """The store's side of a lookup: independent of the context, and a step's key has
+        usually been looked up earlier in the answer, so it is kept (read-only)."""
         memo = (key, max_occurrences, depth)
         if memo in self._memo:
             return self._memo[memo]
@@ -320,9 +315,8 @@ def _prepared(both: np.ndarray, n_vocab: int) -> tuple[np.ndarray, np.ndarray, n
 
 def match_lengths(back: np.ndarray, tail: np.ndarray) -> np.ndarray:
     """How many of the context's last tokens (`tail`, oldest first, at most MAX_MATCH) each
-    row of `back` (the MAX_MATCH tokens before an earlier occurrence's continuation, newest
-    first, -1 where there are none) matches: the one way a match's length is measured, for
-    the store's lookups and for prompt lookup's (drafters.NgramIndex.lookup)."""
+    row of `back` (newest first, -1 where there are none) matches: for the store's lookups
+    and the context's own."""
     if len(tail) == MAX_MATCH:
         same = back == tail[::-1][None, :]
     else:
