@@ -107,8 +107,7 @@ class AutoState:
     last: Choice = field(default_factory=lambda: Choice(None, 0, 1.0))
 
     def model(self, key: Hashable) -> AcceptanceModel:
-        """The estimate kept under `key` (autokeys.py; a plain tuple of its values will do),
-        from its kind's prior the first time."""
+        """The estimate kept under `key` (a plain tuple of its values will do)."""
         found = self.models.get(key)  # type: ignore[call-overload]
         if found is None:
             typed = key_of(key)
@@ -136,8 +135,7 @@ class AutoState:
                 for key, m in self.models.items()}
 
     def import_acceptance(self, data: object) -> int:
-        """Counts an earlier process exported; malformed entries are skipped. Returns how
-        many were taken."""
+        """Takes the counts an earlier process exported, skipping malformed ones; how many."""
         if not isinstance(data, dict):
             return 0
         taken = 0
@@ -272,12 +270,11 @@ class AutoPolicy(DraftPolicy):
             self._last[self._drafter or NGRAM] = (LAST_FULL if accepted >= drafted
                                                     else LAST_FAILED)
             for n, confidence in enumerate(self._confidence[: min(accepted + 1, drafted)]):
-                self.state.confidence(confidence).observe(
-                    1, int(n < accepted))
+                self.state.confidence(confidence).observe(1, int(n < accepted))
         elif drafted:  # from the store, which learns from what is committed instead
             # Its drafts include this context's own lookups: their streak is the lookup's.
             self._last[NGRAM] = LAST_FULL if accepted >= self._store_depth else LAST_FAILED
-        elif not drafted:
+        else:
             # A miss says the next step's draft is doubtful, not every later one: without
             # this, an answer whose draft once missed could stay plain through long copies.
             self._last = dict.fromkeys(self._last, NO_DRAFT_YET)
@@ -310,8 +307,7 @@ class AutoPolicy(DraftPolicy):
 
     def _draft_model(self, context: Sequence[int], choice: Choice, limit: int,
                      rng: np.random.Generator) -> Draft:
-        """Draft with the draft model as far as its confidence says pays (draftlength.py),
-        at least as far as the choice's k would, then keep the tokens worth verifying."""
+        """As far as the draft's confidence says pays, then the tokens worth verifying."""
         assert self.draft is not None and self.state.draft_costs is not None
         target = self.state.target_costs
         step = self.state.draft_costs.cost(1) * self._evals_per_token()
@@ -329,11 +325,9 @@ class AutoPolicy(DraftPolicy):
         return draft.cut(kept)
 
     def _evals_per_token(self) -> float:
-        """Draft evals a proposed token costs: more than one for a draft that writes text."""
         return self.state.text_evals_per_token if isinstance(self.draft, TextDrafter) else 1.0
 
     def _learn_evals(self, evals: int, proposed: int) -> None:
-        """Follow a text draft's measured evals per proposed token, weighed by its tokens."""
         if proposed:
             state = self.state
             weight = min(1.0, TEXT_EVALS_WEIGHT * proposed)
@@ -367,13 +361,10 @@ class AutoPolicy(DraftPolicy):
 
     def _rent_first(self, context: Sequence[int], lag: int) -> bool:
         """Whether a short prompt's catch-up (`lag` tokens) is rented for first, as a long
-        one's always is (ski rental): wherever it costs more than a target step. An estimate
-        of what the draft model will save is made before a token of this answer is seen, at
-        acceptance learnt on other text; the rent (CatchUp) prices it on this answer's own
-        steps and buys once it pays. A cheaper one is bought at once only where that
-        estimate wins it back over the answer expected: on a steep machine a draft model
-        that is seldom worth choosing paid its fill on every short prompt and saved nothing
-        (Spec-Bench qa, docs/gpu.md)."""
+        one's always is: wherever it costs more than a target step, or where the saving
+        expected from acceptance learnt on other text would not win it back over the answer
+        (on a steep machine a seldom-chosen draft model paid its fill on every short prompt
+        and saved nothing: Spec-Bench qa, docs/gpu.md)."""
         costs = self.state.draft_costs
         if costs is None or lag <= 1:
             return False

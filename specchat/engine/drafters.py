@@ -111,13 +111,10 @@ PREFILL_CHUNK = 512  # tokens per prefill call (= the backend's n_batch): progre
 
 def fill_cache(model: LogitsModel, tokens: Sequence[int], *, chunk: int = PREFILL_CHUNK,
                progress: Callable[[int, int], None] | None = None) -> int:
-    """Make the cache hold exactly `tokens`, reusing the cached common prefix.
-
-    Evaluates in calls of at most `chunk` tokens, cut at multiples of `chunk` so that a
-    prefill resumed from a cached prefix splits the rest like a fresh one; after each call
-    `progress(done, total)` hears how far it got. Returns how many tokens were evaluated.
-    One logits row per call is asked for and thrown away: it costs next to nothing and
-    spares backends a zero-row request.
+    """Make the cache hold exactly `tokens`, reusing the cached common prefix; returns how
+    many tokens were evaluated. Calls are cut at multiples of `chunk`, so a prefill resumed
+    from a cached prefix splits the rest like a fresh one. One logits row per call is asked
+    for and thrown away: it costs next to nothing and spares backends a zero-row request.
     """
     keep = common_prefix(model.tokens, tokens)
     model.truncate(keep)

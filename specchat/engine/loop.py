@@ -88,10 +88,7 @@ class _Run:
         self.target = target
         self.options = options
         self.policy = policy
-        self.progress = hooks.progress
-        self.restore = hooks.restore
-        self.costs = hooks.costs
-        self.on_step = hooks.on_step
+        self.hooks = hooks
         self.token_bytes = hooks.token_bytes or target.token_bytes
         self.clock = hooks.clock
         self.constraint = hooks.constraint
@@ -136,11 +133,11 @@ class _Run:
         prompt = self.committed
         if len(prompt) > self.target.n_ctx:
             return False
-        if self.restore is not None:
-            self.stats.prompt_restored = self.restore(prompt[:-1])
+        if self.hooks.restore is not None:
+            self.stats.prompt_restored = self.hooks.restore(prompt[:-1])
         report = None
-        if self.progress is not None:
-            tell = self.progress
+        if self.hooks.progress is not None:
+            tell = self.hooks.progress
 
             def report(done: int, total: int) -> None:
                 tell(Progress(done, total, self.clock() - start))
@@ -199,11 +196,11 @@ class _Run:
         stats.sample_seconds += sample_seconds
         stats.record_step(step.drafted, step.accepted,
                           seconds=step.verify_seconds + sample_seconds, source=step.source)
-        if self.costs is not None:
-            self.costs.observe(step.batch, step.verify_seconds)
+        if self.hooks.costs is not None:
+            self.hooks.costs.observe(step.batch, step.verify_seconds)
         self.policy.observe(step)
-        if self.on_step is not None:
-            self.on_step(step)
+        if self.hooks.on_step is not None:
+            self.hooks.on_step(step)
 
     def _verify_tree(self, draft: TreeDraft) -> tuple[list[int], int, float]:
         """Several candidates in one target call (engine/tree.py): the accepted path's
@@ -289,8 +286,8 @@ class _Run:
         yield Finished(reason, self.text.text, tuple(self.committed[self.n_prompt:]), stats)
 
     def _snapshot(self) -> Stats:
-        if self.costs is not None:
-            self.stats.plain_step_seconds = self.costs.cost(1)
+        if self.hooks.costs is not None:
+            self.stats.plain_step_seconds = self.hooks.costs.cost(1)
         return self.stats.snapshot(self.clock() - self.decode_start)
 
     def _restore(self) -> None:
