@@ -41,12 +41,11 @@ SHAPE_CLIP = 1.5  # one observation counts as at most this factor off the curren
 class CostTable:
     """Seconds one target eval of n tokens takes, n = 1..MAX_N, as scale x shape.
 
-    The scale (seconds of one plain step now) moves with the machine's load and the context
-    depth, within a few steps; the shape (batch of n over a plain step) is a property of the
-    model and the hardware and is learnt slowly. Keeping them apart matters: plain steps are
-    observed hundreds of times more often than any batch size, and a table of independent
-    averages lets the plain step run ahead of batches that were last seen on a quieter
-    machine, so batches look cheap and `auto` drafts where it loses.
+    The scale (one plain step now) follows the machine's load within a few steps; the shape
+    (batch of n over a plain step) is learnt slowly. Kept apart because plain steps are seen
+    far more often than any batch: independent averages let the plain step run ahead of
+    batches last seen on a quieter machine, so batches look cheap and `auto` drafts where it
+    loses.
     """
 
     seconds_at_start: list[float]
@@ -84,7 +83,7 @@ class CostTable:
         return self.scale * self.ratio(n)
 
     def costs(self, n: int) -> list[float]:
-        """cost(1) .. cost(n) in one call (a plan prices every batch size it considers)."""
+        """cost(1) .. cost(n) in one call."""
         shape, scale = self.shape, self.scale
         head = [scale * r for r in shape[:n]]
         return head + [self.cost(i) for i in range(len(head) + 1, n + 1)]
@@ -132,11 +131,9 @@ class CostTable:
 
 @dataclass
 class AcceptanceModel:
-    """Conditional acceptance per draft position, with a prior and slow forgetting.
-
-    Counts decay so that a conversation that moves from copying code to free prose is
-    noticed within a few dozen steps.
-    """
+    """Conditional acceptance per draft position, with a prior and slow forgetting (so a
+    conversation that moves from copying code to free prose is noticed within dozens of
+    steps)."""
 
     prior: float
     later_prior: float | None = None  # positions >= 2 (None: the same as the first)
@@ -233,11 +230,9 @@ class Shadow:
 class Candidate:
     """One way to draft this step: a drafter able to propose up to max_k tokens.
 
-    A drafter that checks its own draft before it is verified (the draft model trims tokens
-    it is unsure of, draftlength.py) sometimes keeps none: the step is then a plain one that
-    has also paid for the drafting. `key`'s estimates are learnt from the drafts that were
-    verified, so without `miss` the choice would price only those and look better than it
-    is, most where a verify row is dear and trims are frequent.
+    A draft model trims its draft (draftlength.py), sometimes to nothing: a plain step that
+    also paid for drafting. `key`'s estimates are learnt from verified drafts only, so
+    without `miss` the choice would look better than it is.
     """
 
     drafter: str

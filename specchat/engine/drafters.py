@@ -130,17 +130,12 @@ def fill_cache(model: LogitsModel, tokens: Sequence[int], *, chunk: int = PREFIL
 
 
 class DraftModelDrafter(Drafter):
-    """Samples k tokens from a small model's warped distribution q, keeping every q row.
+    """Samples k tokens from a small model's warped distribution q, keeping every q row;
+    its cache holds a prefix of the committed context across steps.
 
-    Its cache holds a prefix of the committed context across steps.
-
-    `n_target` is the target's vocabulary size when it differs from the draft's by padding
-    ids: q rows then have the target's length and never give weight to an id the target
-    lacks (the exactness argument is in engine/padding.py).
-
-    Under a grammar (`constraint`) every row is masked as the target's is, the constraint
-    advanced through the tokens drafted so far and given them back afterwards, so q is the
-    masked distribution the token was really drawn from (engine/constraint.py).
+    With `n_target` (the target's vocabulary size, padded) q rows have the target's length
+    and no weight on ids the target lacks (padding.py). Under a grammar every row is masked
+    as the target's is, so q is what the token was really drawn from (constraint.py).
     """
 
     def __init__(self, model: LogitsModel, sampling: SamplingOptions,
@@ -161,8 +156,7 @@ class DraftModelDrafter(Drafter):
         self._extra: list[int] = []
 
     def prepare(self, context: Sequence[int], fill: bool = True) -> None:
-        """Take in the prompt; with fill=False only keep what the cache already holds of it
-        (the first propose() then evaluates the rest in one batch)."""
+        """With fill=False only keep what the cache already holds of the prompt."""
         self.blind = False
         if not fill:
             self.reset(context[:-1])
@@ -186,8 +180,7 @@ class DraftModelDrafter(Drafter):
 
     def scored(self, context: Sequence[int], k: int, rng: np.random.Generator,
                stop: StopRule | None = None) -> ScoredDraft:
-        """A draft with the draft's probability of each token (when `stop` is given; else
-        1.0 each), stopped early where `stop` says."""
+        """A draft with the draft's probability of each token (1.0 each without `stop`)."""
         # The cache will end at len(context) + k - 1 (the last draft is never evaluated).
         k = min(k, self.model.n_ctx - len(context) + 1)
         if k <= 0 or not context or self.blind:
@@ -290,7 +283,6 @@ class PromptLookupDrafter(Drafter):
         return Draft(tuple(self.lookup(context, k).tokens), None, NGRAM)
 
     def lookup(self, context: Sequence[int], k: int) -> Lookup:
-        """Up to k tokens that followed the longest earlier match of the context's suffix,
-        with the match's length and ambiguity (what `auto` judges a lookup by)."""
+        """ContextIndex.latest over `context`."""
         self.index.sync(context)
         return self.index.latest(k)

@@ -143,9 +143,8 @@ class StoreDrafter(Drafter):
 
     @property
     def last_candidates(self) -> tuple[CandidateTree, np.ndarray, np.ndarray] | None:
-        """The last lookup's trie with each node's length bucket and support class (for
-        statistics: benchmarks/sessions.py lookups); None before a lookup or after it was
-        scored."""
+        """The last lookup's trie with each node's length bucket and support class, until it
+        is scored (for statistics: benchmarks/sessions.py)."""
         s = self._shadow
         return None if s is None else (s.tree, s.bucket, s.support)
 
@@ -179,8 +178,7 @@ class StoreDrafter(Drafter):
         return out
 
     def _candidates(self, context: Sequence[int]) -> tuple[_Shadow, np.ndarray] | None:
-        """The trie of continuations with each node's calibration key, and the calibrated
-        probability that the target reaches each node."""
+        """The trie of continuations, and the calibrated P(the target reaches each node)."""
         self.context.sync(context)
         # This answer's own occurrences first (the most recent), then the store's.
         found = [(m, from_store) for m, from_store in (

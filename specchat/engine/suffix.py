@@ -120,7 +120,6 @@ class Segment:
 
     @classmethod
     def of_records(cls, records: Sequence[Sequence[int]], k: int = KEY_LEN) -> Segment:
-        """A segment built in memory (the backend writes these; tests use them directly)."""
         parts: list[np.ndarray] = []
         for record in records:
             parts.append(np.asarray(record, dtype=np.uint32))
@@ -349,18 +348,14 @@ def _copied(tokens: np.ndarray, pos: np.ndarray, ahead: np.ndarray) -> np.ndarra
 
 @dataclass(frozen=True)
 class CandidateTree:
-    """The distinct continuations of a set of occurrences as a trie, parents before children.
-
-    `weight[i]` is the summed weight of the occurrences whose continuation passes node i,
-    `total` that of all occurrences (the root's); `parent` is -1 for the root's children.
-    """
+    """The distinct continuations of a set of occurrences as a trie, parents before children."""
 
     tokens: np.ndarray  # int64 (n,)
-    parent: np.ndarray  # int64 (n,)
+    parent: np.ndarray  # int64 (n,), -1 for the root's children
     depth: np.ndarray  # int64 (n,), 1 for the root's children
-    weight: np.ndarray  # float64 (n,)
+    weight: np.ndarray  # float64 (n,): summed weight of the occurrences through the node
     count: np.ndarray  # int64 (n,): occurrences through the node
-    total: float
+    total: float  # the weight of all occurrences
     # int64 (n,) per mark: of those occurrences, how many the mark flags (from the store...)
     marked: tuple[np.ndarray, ...] = ()
     # int64 (rows, depth): the node each occurrence's continuation reaches at each depth

@@ -251,7 +251,7 @@ class TextDrafter(Drafter):
         self.blind = False  # the context no longer fits the draft's cache
 
     def prepare(self, context: Sequence[int], fill: bool = True) -> None:
-        """Take in the prompt; with fill=False the first propose() reads it instead."""
+        """With fill=False the first propose() reads the prompt instead."""
         mine = self.mirror.update(context)
         self.blind = len(mine) >= self.model.n_ctx
         if fill and not self.blind and len(mine) > 1:
@@ -268,9 +268,8 @@ class TextDrafter(Drafter):
 
     def scored(self, context: Sequence[int], k: int, rng: np.random.Generator,
                stop: StopRule | None = None) -> ScoredDraft:
-        """As DraftModelDrafter.scored: a token's confidence is the draft's lowest top
-        probability among the draft tokens that wrote it; `evals` counts the draft's evals,
-        more than the tokens proposed (the last target token waits for more text)."""
+        """As DraftModelDrafter.scored; a token's confidence is the lowest top probability
+        of the draft tokens that wrote it."""
         if k <= 0 or not context or self.blind:
             return UNSCORED
         mine = self.mirror.update(context)
