@@ -211,9 +211,10 @@ class DraftModelDrafter(Drafter):
         try:
             while True:
                 recent = recent_window(context, tokens, self.sampling.repeat_last_n)
-                token, q, confidence = self._choose(
-                    logits, recent, rng, stop is not None,
-                    None if guide is None else guide.allowed())
+                confident = stop is not None
+                token, q, confidence = (
+                    self._choose(logits, recent, rng, confident) if guide is None else
+                    self._choose(logits, recent, rng, confident, guide.allowed()))
                 tokens.append(token)
                 confidences.append(confidence)
                 if q is not None:

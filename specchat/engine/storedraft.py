@@ -121,7 +121,6 @@ class StoreDrafter(Drafter):
             self._rates = np.array([[self.models(self.key(b, s)).rate(1)
                                      for s in range(len(STORE_PRIORS[0]))]
                                     for b in range(len(STORE_PRIORS))])
-            self._stale.clear()
         for b, s in self._stale:
             self._rates[b, s] = self.models(self.key(b, s)).rate(1)
         self._stale.clear()

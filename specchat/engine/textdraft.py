@@ -216,24 +216,21 @@ class _Scoring:
     confidence: list[float] = field(default_factory=list)
     evals: int = 0
     asked: int = 0  # how many tokens `stop` heard about
-    cut: int = 0  # where it stopped the draft (k: it did not)
-
-    def __post_init__(self) -> None:
-        self.cut = self.k
 
     def stops(self, n: int) -> bool:
-        """Asks `stop` once about each new token, in order; True once it says stop."""
+        """Asks `stop` once about each new token, in order; True (and the draft cut there)
+        once it says stop."""
         if self.stop is None:
             return False
         for i in range(self.asked, n):
             self.asked = i + 1
             if self.stop(i + 1, self.confidence[i]):
-                self.cut = i + 1
+                del self.found[i + 1:]
                 return True
         return False
 
     def result(self) -> ScoredDraft:
-        n = min(len(self.found), self.cut)
+        n = min(len(self.found), self.k)
         if not n:
             return ScoredDraft(UNSCORED.draft, (), self.evals)
         draft = Draft(tuple(int(t) for t in self.found[:n]), None, DRAFT)
