@@ -96,7 +96,7 @@ class AutoState:
     models: dict[Key, AcceptanceModel] = field(default_factory=dict)
     decisions: Counter[str] = field(default_factory=Counter)
     # Whether a draft-model step kept any token after its trim, and how many draft steps one
-    # that kept none took (a catch-up aside): cost.Candidate.miss.
+    # that kept none took: cost.Candidate.miss.
     draft_kept: AcceptanceModel = field(default_factory=lambda: AcceptanceModel(KEPT_PRIOR))
     trim_steps: float = 1.0
     # A text draft's evals per target token it proposes (same-vocabulary drafts: one each).
@@ -117,11 +117,10 @@ class AutoState:
         return found
 
     def confidence(self, p: float) -> AcceptanceModel:
-        """How often a draft-model token the draft gave probability p is accepted."""
         return self.model(ConfidenceKey(CONFIDENCE, confidence_bucket(p)))
 
     def new_answer(self) -> None:
-        """A new prompt may copy much less (or more) than the last: weigh the past less."""
+        # A new prompt may copy much less (or more) than the last: weigh the past less.
         for m in (*self.models.values(), self.draft_kept):
             m.fade(ANSWER_FADE)
         if self.tokens_this_answer:

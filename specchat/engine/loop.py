@@ -49,15 +49,13 @@ Restore = Callable[[Sequence[int]], int]
 @dataclass(frozen=True)
 class LoopHooks:
     """What a caller lends the loop for one answer besides the models, the options and the
-    draft policy: what it calls back and what it feeds (engine/build.py's Hooks adds what
-    the policy is built from)."""
+    draft policy (engine/build.py's Hooks adds what the policy is built from)."""
 
     progress: ProgressCallback | None = None  # hears how far the prefill is after each chunk
     restore: Restore | None = None  # may first load a saved prefix of the prompt
     token_bytes: Callable[[int], bytes] | None = None  # default: the target's own
     clock: Clock = time.perf_counter
-    # A grammar the answer must follow, fresh for this answer (None: free text)
-    constraint: Constraint | None = None
+    constraint: Constraint | None = None  # a grammar, fresh for this answer (None: free text)
     # This machine's verify costs: every step's verify time teaches them, in every mode,
     # and the statistics price a plain step with them.
     costs: CostTable | None = None
@@ -67,9 +65,8 @@ class LoopHooks:
 def generate_with(target: LogitsModel, prompt: Sequence[int], options: GenerationOptions,
                   policy: DraftPolicy, hooks: LoopHooks = LoopHooks()
                   ) -> Generator[Event, None, None]:
-    """Stream the answer to `prompt` (token ids) as Chunk events, then one Finished, drafting
-    with `policy` (engine/build.py builds the one options.spec names; priced replays run
-    fixed and oracle policies). Raises ValueError at once for an empty prompt."""
+    """Stream the answer to `prompt` as Chunk events, then one Finished, drafting with
+    `policy`. Raises ValueError at once for an empty prompt."""
     return _Run(target, checked(prompt), options, policy, hooks).events()
 
 
@@ -149,8 +146,7 @@ class _Run:
         return True
 
     def _step(self) -> tuple[list[int], list[bool]]:
-        """One target call: draft, verify, accept, record. Returns the accepted drafts plus
-        the target's own token."""
+        """One target call; the accepted drafts plus the target's own token."""
         t0 = self.clock()
         draft = self._draft()
         t1 = self.clock()
@@ -189,7 +185,6 @@ class _Run:
         return kept, token, t2
 
     def _record(self, step: Step, sample_seconds: float) -> None:
-        """The step goes to the statistics, the cost table, the policy and the listener."""
         stats = self.stats
         stats.draft_seconds += step.draft_seconds
         stats.verify_seconds += step.verify_seconds

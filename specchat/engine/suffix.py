@@ -45,8 +45,8 @@ _MASK = (1 << 64) - 1
 
 
 def key_of(tokens: Sequence[int]) -> int:
-    """kgram_keys of exactly these tokens, in plain integers: a lookup hashes one key per
-    step, where numpy's per-call cost is most of the work."""
+    """kgram_keys of exactly these tokens, in plain integers (numpy's per-call cost would be
+    most of the work)."""
     h = int(_M1)
     for t in tokens:
         h = ((h ^ int(t)) * int(_M2)) & _MASK
@@ -56,9 +56,8 @@ def key_of(tokens: Sequence[int]) -> int:
 
 
 def row_keys(rows: np.ndarray) -> np.ndarray:
-    """A hash of each row of a 2-D array of token ids (-1 allowed): a sum of the tokens
-    times odd random weights, mod 2^64, then mixed. Cheap for a few dozen rows; only
-    equal rows are ever compared, so collisions just cost a little evidence."""
+    """A hash of each row of token ids (-1 allowed): odd random weights, summed mod 2^64,
+    then mixed. Collisions just cost a little evidence."""
     m = np.asarray(rows).astype(np.uint64)
     weights = _row_weights(m.shape[1])
     with np.errstate(over="ignore"):
@@ -138,14 +137,11 @@ class Matches:
 
     length: np.ndarray  # int64 (c,): how many context tokens each occurrence matches
     following: np.ndarray  # int64 (c, depth): the tokens that followed; -1 past the end
-    # int64 (c,): a hash of the MAX_MATCH tokens up to each occurrence and what followed:
-    # equal for copies of one text (a schema pasted into every request), which are one
-    # piece of evidence, not several.
+    # int64 (c,): a hash of the tokens around each occurrence: equal for copies of one text
+    # (a schema pasted into every request), which are one piece of evidence, not several.
     text: np.ndarray
-    # int64 (c,): where each occurrence is: the index of its segment (-1: the context) and
-    # its position there (SuffixIndex.copied asks more of it).
-    segment: np.ndarray
-    position: np.ndarray
+    segment: np.ndarray  # int64 (c,): the occurrence's segment (-1: the context)
+    position: np.ndarray  # int64 (c,): its position there
 
     def __len__(self) -> int:
         return len(self.length)
@@ -258,9 +254,8 @@ class SuffixIndex:
     def copied(self, segment: np.ndarray, position: np.ndarray, following: np.ndarray
                ) -> np.ndarray:
         """For occurrences in the store: whether the first two tokens that followed each
-        appear within COPY_WINDOW tokens before it in its own record. The earlier answer
-        copied them from its request (a name, an id), so this request will copy something
-        of its own there. (A function of the occurrence alone: remembered.)"""
+        appear within COPY_WINDOW tokens before it in its own record (the earlier answer
+        copied them from its request: a name, an id). Remembered per occurrence."""
         out = np.zeros(len(segment), dtype=bool)
         groups: dict[int, list[int]] = {}
         for row, (at, p) in enumerate(zip(segment.tolist(), position.tolist(), strict=True)):
@@ -285,14 +280,13 @@ class _Windows:
 
     back: np.ndarray  # (c, MAX_MATCH): the tokens up to each occurrence, newest first
     ahead: np.ndarray  # (c, depth): what followed (-1 past its end)
-    text: np.ndarray  # (c,): Matches.text
+    text: np.ndarray  # as Matches'
     segment: np.ndarray
     position: np.ndarray
 
 
 def windowed(tokens: np.ndarray, pos: np.ndarray, depth: int, n_vocab: int) -> Matches:
-    """The Matches of earlier positions of the context `tokens` (newest first) against the
-    context's own suffix (segment -1: the context; contextindex.ContextIndex.lookup)."""
+    """The Matches of earlier positions `pos` of the context `tokens` (newest first)."""
     idx = pos[:, None] + np.arange(-MAX_MATCH + 1, depth + 1)[None, :]
     both = tokens.take(idx, mode="clip").astype(np.int64)
     both[(idx < 0) | (idx >= len(tokens))] = -1
@@ -356,8 +350,7 @@ class CandidateTree:
     weight: np.ndarray  # float64 (n,): summed weight of the occurrences through the node
     count: np.ndarray  # int64 (n,): occurrences through the node
     total: float  # the weight of all occurrences
-    # int64 (n,) per mark: of those occurrences, how many the mark flags (from the store...)
-    marked: tuple[np.ndarray, ...] = ()
+    marked: tuple[np.ndarray, ...] = ()  # int64 (n,) per mark: occurrences it flags
     # int64 (rows, depth): the node each occurrence's continuation reaches at each depth
     # (-1 past its end), rows in the order they were given: paths for products along them.
     paths: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
@@ -368,8 +361,7 @@ class CandidateTree:
 
 def continuation_tree(following: np.ndarray, weights: np.ndarray,
                       marks: Sequence[np.ndarray] = ()) -> CandidateTree:
-    """The trie of `following` rows (-1 pads a row's end), weighting each row by `weights`
-    and counting, per node and per mark, the rows that mark flags."""
+    """The trie of `following` rows (-1 pads a row's end)."""
     c, depth = following.shape
     if c == 0 or depth == 0:
         empty = np.zeros(0, dtype=np.int64)
