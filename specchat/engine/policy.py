@@ -57,26 +57,39 @@ class Plain(DraftPolicy):
         return EMPTY_DRAFT
 
 
-class Adaptive(DraftPolicy):
+class _Around(DraftPolicy):
+    """A policy around `inner` (a drafter or another policy), which hears the whole
+    lifecycle."""
+
+    inner: Lifecycle
+
+    def prepare(self, context: Sequence[int]) -> None:
+        self.inner.prepare(context)
+
+    def committed(self, context: Sequence[int]) -> None:
+        self.inner.committed(context)
+
+    def reset(self, context: Sequence[int]) -> None:
+        self.inner.reset(context)
+
+
+class Adaptive(_Around):
     """One drafter, always asked (the `draft` and `ngram` modes). Its k doubles after a fully
     accepted draft (up to k_max) and drops to accepted + 1 after a rejection: long drafts
     while copying, short ones otherwise, since on CPUs every rejected token costs most of a
     step (docs/costs.md)."""
 
     def __init__(self, drafter: Drafter, k_max: int) -> None:
-        self.drafter = drafter
+        self.inner: Drafter = drafter
         self.k_max = max(0, k_max)
         self.k = min(4, self.k_max)  # the first draft's length
-
-    def prepare(self, context: Sequence[int]) -> None:
-        self.drafter.prepare(context)
 
     def propose(self, context: Sequence[int], limit: int,
                 rng: np.random.Generator) -> Draft | TreeDraft:
         k = min(self.k, limit)
         if k <= 0:
             return EMPTY_DRAFT
-        return self.drafter.propose(context, k, rng).cut(k)
+        return self.inner.propose(context, k, rng).cut(k)
 
     def observe(self, step: Step) -> None:
         drafted, accepted = step.drafted, step.accepted
@@ -87,25 +100,16 @@ class Adaptive(DraftPolicy):
         else:
             self.k = min(self.k_max, accepted + 1)
 
-    def committed(self, context: Sequence[int]) -> None:
-        self.drafter.committed(context)
 
-    def reset(self, context: Sequence[int]) -> None:
-        self.drafter.reset(context)
-
-
-class GuidedPolicy(DraftPolicy):
+class GuidedPolicy(_Around):
     """A draft policy under a grammar: the grammar's forced tokens are drafted first (they
     cost nothing to propose), anything else the inner policy proposes is cut at the first
     forbidden token. The inner policy hears only about the steps it proposed."""
 
     def __init__(self, inner: DraftPolicy, constraint: Constraint) -> None:
-        self.inner = inner
+        self.inner: DraftPolicy = inner
         self.constraint = constraint
         self._asked = False
-
-    def prepare(self, context: Sequence[int]) -> None:
-        self.inner.prepare(context)
 
     def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
         forced = tuple(self.constraint.forced(limit))[:limit]
@@ -121,9 +125,3 @@ class GuidedPolicy(DraftPolicy):
     def observe(self, step: Step) -> None:
         if self._asked:
             self.inner.observe(step)
-
-    def committed(self, context: Sequence[int]) -> None:
-        self.inner.committed(context)
-
-    def reset(self, context: Sequence[int]) -> None:
-        self.inner.reset(context)
