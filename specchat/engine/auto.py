@@ -1,15 +1,10 @@
 """`auto`: per step, draft with whatever is expected to give the most tokens per second.
 
-The choice is between a plain step (k=0), prompt lookup (`ngram`: nearly free to propose,
-one-hot q), the draft model (`draft`: costs draft steps) and the drafting store (`store`:
-a chain or a tree priced by the store drafter itself, storedraft.py), each with its own k,
-from measured verify costs and the acceptance observed so far (per drafter, per draft
-position; for prompt lookup also by how long the n-gram match is). Once the draft model is
-chosen, how far it drafts follows its own confidence in each token (draftlength.py). The
-state that learns lives in AutoState and is kept across answers (a chat, a benchmark), so
-each answer starts from what the last one taught.
-
-Exactness does not depend on any of this: the loop verifies whatever is proposed.
+The choice is between a plain step, prompt lookup, the draft model and the drafting store
+(which prices its own drafts, storedraft.py), each with its own k, from measured verify
+costs and the acceptance observed so far. How far the draft model drafts follows its own
+confidence (draftlength.py). AutoState is kept across answers, so each answer starts from
+what the last one taught. Exactness does not depend on any of this.
 """
 
 from __future__ import annotations
@@ -101,7 +96,7 @@ class AutoState:
     models: dict[Key, AcceptanceModel] = field(default_factory=dict)
     decisions: Counter[str] = field(default_factory=Counter)
     # Whether a draft-model step kept any token after its trim, and how many draft steps one
-    # that kept none took (a catch-up aside): cost.Candidate.miss.
+    # that kept none took: cost.Candidate.miss.
     draft_kept: AcceptanceModel = field(default_factory=lambda: AcceptanceModel(KEPT_PRIOR))
     trim_steps: float = 1.0
     # A text draft's evals per target token it proposes (same-vocabulary drafts: one each).
@@ -112,8 +107,7 @@ class AutoState:
     last: Choice = field(default_factory=lambda: Choice(None, 0, 1.0))
 
     def model(self, key: Hashable) -> AcceptanceModel:
-        """The estimate kept under `key` (autokeys.py; a plain tuple of its values will do),
-        from its kind's prior the first time."""
+        """The estimate kept under `key` (a plain tuple of its values will do)."""
         found = self.models.get(key)  # type: ignore[call-overload]
         if found is None:
             typed = key_of(key)
@@ -123,11 +117,10 @@ class AutoState:
         return found
 
     def confidence(self, p: float) -> AcceptanceModel:
-        """How often a draft-model token the draft gave probability p is accepted."""
         return self.model(ConfidenceKey(CONFIDENCE, confidence_bucket(p)))
 
     def new_answer(self) -> None:
-        """A new prompt may copy much less (or more) than the last: weigh the past less."""
+        # A new prompt may copy much less (or more) than the last: weigh the past less.
         for m in (*self.models.values(), self.draft_kept):
             m.fade(ANSWER_FADE)
         if self.tokens_this_answer:
@@ -141,8 +134,7 @@ class AutoState:
                 for key, m in self.models.items()}
 
     def import_acceptance(self, data: object) -> int:
-        """Counts an earlier process exported; malformed entries are skipped. Returns how
-        many were taken."""
+        """Takes the counts an earlier process exported, skipping malformed ones; how many."""
         if not isinstance(data, dict):
             return 0
         taken = 0
@@ -196,9 +188,6 @@ class AutoState:
 
 
 class AutoPolicy(DraftPolicy):
-    """The `auto` draft policy (policy.DraftPolicy): per step, prompt lookup, the draft model,
-    the drafting store or a plain step, each with its own k, whichever is expected to give
-    the most tokens per second."""
 
     def __init__(self, state: AutoState, ngram: PromptLookupDrafter,
                  draft: DraftModelDrafter | TextDrafter | None, k_max: int,
@@ -280,12 +269,11 @@ class AutoPolicy(DraftPolicy):
             self._last[self._drafter or NGRAM] = (LAST_FULL if accepted >= drafted
                                                     else LAST_FAILED)
             for n, confidence in enumerate(self._confidence[: min(accepted + 1, drafted)]):
-                self.state.confidence(confidence).observe(
-                    1, int(n < accepted))
+                self.state.confidence(confidence).observe(1, int(n < accepted))
         elif drafted:  # from the store, which learns from what is committed instead
             # Its drafts include this context's own lookups: their streak is the lookup's.
             self._last[NGRAM] = LAST_FULL if accepted >= self._store_depth else LAST_FAILED
-        elif not drafted:
+        else:
             # A miss says the next step's draft is doubtful, not every later one: without
             # this, an answer whose draft once missed could stay plain through long copies.
             self._last = dict.fromkeys(self._last, NO_DRAFT_YET)
@@ -318,8 +306,7 @@ class AutoPolicy(DraftPolicy):
 
     def _draft_model(self, context: Sequence[int], choice: Choice, limit: int,
                      rng: np.random.Generator) -> Draft:
-        """Draft with the draft model as far as its confidence says pays (draftlength.py),
-        at least as far as the choice's k would, then keep the tokens worth verifying."""
+        """As far as the draft's confidence says pays, then the tokens worth verifying."""
         assert self.draft is not None and self.state.draft_costs is not None
         target = self.state.target_costs
         step = self.state.draft_costs.cost(1) * self._evals_per_token()
@@ -337,11 +324,9 @@ class AutoPolicy(DraftPolicy):
         return draft.cut(kept)
 
     def _evals_per_token(self) -> float:
-        """Draft evals a proposed token costs: more than one for a draft that writes text."""
         return self.state.text_evals_per_token if isinstance(self.draft, TextDrafter) else 1.0
 
     def _learn_evals(self, evals: int, proposed: int) -> None:
-        """Follow a text draft's measured evals per proposed token, weighed by its tokens."""
         if proposed:
             state = self.state
             weight = min(1.0, TEXT_EVALS_WEIGHT * proposed)
@@ -375,13 +360,10 @@ class AutoPolicy(DraftPolicy):
 
     def _rent_first(self, context: Sequence[int], lag: int) -> bool:
         """Whether a short prompt's catch-up (`lag` tokens) is rented for first, as a long
-        one's always is (ski rental): wherever it costs more than a target step. An estimate
-        of what the draft model will save is made before a token of this answer is seen, at
-        acceptance learnt on other text; the rent (CatchUp) prices it on this answer's own
-        steps and buys once it pays. A cheaper one is bought at once only where that
-        estimate wins it back over the answer expected: on a steep machine a draft model
-        that is seldom worth choosing paid its fill on every short prompt and saved nothing
-        (Spec-Bench qa, docs/gpu.md)."""
+        one's always is: wherever it costs more than a target step, or where the saving
+        expected from acceptance learnt on other text would not win it back over the answer
+        (on a steep machine a seldom-chosen draft model paid its fill on every short prompt
+        and saved nothing: Spec-Bench qa, docs/gpu.md)."""
         costs = self.state.draft_costs
         if costs is None or lag <= 1:
             return False

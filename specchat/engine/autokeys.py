@@ -1,8 +1,6 @@
-"""The keys `auto`'s acceptance estimates are kept under (engine/auto.py), one type per kind:
-what each means, the prior its estimate starts from, its name in /stats and --json, and its
-JSON form (a list, written by `json_of` and checked by `key_of` when an earlier process's
-counts are read back). Each key is a named tuple whose first field is the kind, so it equals
-the plain tuple of its values."""
+"""The keys `auto`'s acceptance estimates are kept under, one type per kind, with its prior,
+its name in /stats and --json, and its JSON form (a list). Each is a named tuple whose first
+field is the kind, so it equals the plain tuple of its values."""
 
 from __future__ import annotations
 

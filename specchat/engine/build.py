@@ -73,12 +73,9 @@ def make_drafter(options: GenerationOptions, target: LogitsModel, draft: LogitsM
 
 def make_policy(options: GenerationOptions, target: LogitsModel, draft: LogitsModel | None,
                 hooks: Hooks = Hooks()) -> DraftPolicy:
-    """Plain decoding for `off`; `draft` and `ngram` adapt k up to draft_max (a fixed long
-    draft loses badly on CPUs whenever the text stops being predictable, docs/costs.md);
-    `auto` chooses per step with measured costs. Under a grammar, the draft model masks its
-    rows with it and drafts go through GuidedPolicy (engine/constraint.py). A draft of
-    another vocabulary (`vocabs`) drafts text (TextDrafter), under a grammar unmasked. The
-    store drafter times its lookups on the loop's clock, so priced replays repeat exactly."""
+    """The policy options.spec names. Under a grammar drafts go through GuidedPolicy (a
+    TextDrafter's unmasked). The store drafter times its lookups on the loop's clock, so
+    priced replays repeat exactly."""
     auto, constraint, store, vocabs = hooks.auto, hooks.constraint, hooks.store, hooks.vocabs
     text = None if vocabs is None or draft is None or not options.spec.uses_draft_model \
         else TextDrafter(draft, vocabs)

@@ -1,12 +1,9 @@
-"""One index over the context (prompt and answer so far), kept as it grows, for every drafter
-that drafts from the context itself: prompt lookup reads the most recent earlier occurrence
-of the longest suffix n-gram (`latest`), the store drafter every earlier occurrence of the
-last k tokens (`lookup`, as SuffixIndex.lookup reads the store). Both hold the same object
-(engine/build.py), so the context is indexed once per step.
+"""One index over the context, kept as it grows: prompt lookup reads the most recent earlier
+occurrence of the longest suffix n-gram (`latest`), the store drafter every earlier
+occurrence of the last k tokens (`lookup`). Both hold the same object (engine/build.py).
 
 An n-gram is indexed once a token follows it, so the context's own suffix never matches
-itself. Taking in a token costs one dict update per indexed length: no rescan of long
-contexts, and syncing a context already taken in costs one comparison.
+itself. A token costs one dict update per indexed length: long contexts are never rescanned.
 """
 
 from __future__ import annotations
@@ -94,9 +91,8 @@ class ContextIndex:
         return tuple(self.tokens[len(self.tokens) - n:]) in self._ambiguous
 
     def latest(self, k: int) -> Lookup:
-        """Up to k tokens that followed the longest earlier match of the suffix, with how
-        long the match really is (followed back up to MAX_MATCH tokens: the index keys only
-        max_n) unless the matched n-gram is ambiguous (then 0)."""
+        """Up to k tokens that followed the longest earlier match of the suffix, with the
+        match's true length (the index keys only max_n)."""
         n, start = self.match()
         if not n:
             return NO_LOOKUP

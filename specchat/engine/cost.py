@@ -26,13 +26,13 @@ import numpy as np
 # the 17th shares the 17th's counts.
 MAX_N = 17
 # Every observation says what one plain step costs now (its seconds over its batch's ratio);
-# the median of the last SCALE_WINDOW of them is the current scale. When that median has
-# moved more than DRIFT_LIMIT (either way) from the scale the table started from, the table
-# counts as rescaled: the cache is stale and is written back.
+# the median of the last DRIFT_WINDOW of them is the current scale. When that median has
+# moved more than DRIFT_LIMIT (either way) from the scale last kept, the table counts as
+# rescaled: the cache is stale and is written back.
 DRIFT_LIMIT = 1.2
 DRIFT_WINDOW = 16
-SCALE_WINDOW = DRIFT_WINDOW
 MIN_SCALE_SAMPLES = 3
+MARGIN = 0.02  # a draft must be expected to beat a plain step by this much to be chosen
 SHAPE_WEIGHT = 0.05  # EMA weight of one observation on its batch's ratio: shapes drift slowly
 SHAPE_CLIP = 1.5  # one observation counts as at most this factor off the current ratio
 
@@ -41,12 +41,11 @@ SHAPE_CLIP = 1.5  # one observation counts as at most this factor off the curren
 class CostTable:
     """Seconds one target eval of n tokens takes, n = 1..MAX_N, as scale x shape.
 
-    The scale (seconds of one plain step now) moves with the machine's load and the context
-    depth, within a few steps; the shape (batch of n over a plain step) is a property of the
-    model and the hardware and is learnt slowly. Keeping them apart matters: plain steps are
-    observed hundreds of times more often than any batch size, and a table of independent
-    averages lets the plain step run ahead of batches that were last seen on a quieter
-    machine, so batches look cheap and `auto` drafts where it loses.
+    The scale (one plain step now) follows the machine's load within a few steps; the shape
+    (batch of n over a plain step) is learnt slowly. Kept apart because plain steps are seen
+    far more often than any batch: independent averages let the plain step run ahead of
+    batches last seen on a quieter machine, so batches look cheap and `auto` drafts where it
+    loses.
     """
 
     seconds_at_start: list[float]
@@ -84,7 +83,7 @@ class CostTable:
         return self.scale * self.ratio(n)
 
     def costs(self, n: int) -> list[float]:
-        """cost(1) .. cost(n) in one call (a plan prices every batch size it considers)."""
+        """cost(1) .. cost(n) in one call."""
         shape, scale = self.shape, self.scale
         head = [scale * r for r in shape[:n]]
         return head + [self.cost(i) for i in range(len(head) + 1, n + 1)]
@@ -95,7 +94,7 @@ class CostTable:
         if n > len(self.shape):
             self.shape.extend(self.ratio(i) for i in range(len(self.shape) + 1, n + 1))
         self.samples.append(seconds / self.ratio(n))
-        del self.samples[:-SCALE_WINDOW]
+        del self.samples[:-DRIFT_WINDOW]
         # Until a few samples are in, the scale is the calibration's: no basis for a shape.
         if len(self.samples) >= MIN_SCALE_SAMPLES:
             self.scale = statistics.median(self.samples)
@@ -132,11 +131,9 @@ class CostTable:
 
 @dataclass
 class AcceptanceModel:
-    """Conditional acceptance per draft position, with a prior and slow forgetting.
-
-    Counts decay so that a conversation that moves from copying code to free prose is
-    noticed within a few dozen steps.
-    """
+    """Conditional acceptance per draft position, with a prior and slow forgetting (so a
+    conversation that moves from copying code to free prose is noticed within dozens of
+    steps)."""
 
     prior: float
     later_prior: float | None = None  # positions >= 2 (None: the same as the first)
@@ -198,11 +195,9 @@ class Shadow:
     parents before children. The way both `auto` (undrafted lookups) and the store drafter
     (every candidate of its last lookup) learn acceptance for free.
 
-    A candidate that is a function of the context alone can be scored against the tokens
-    the target then committed, and without this a kind of candidate that keeps being
-    declined would never show that it pays. It is unbiased when sampling too: a one-hot
-    draft token x is accepted with probability p(x), and the target's own token is x with
-    that same probability.
+    Without this a kind of candidate that keeps being declined would never show that it
+    pays. It is unbiased when sampling too: a one-hot draft token x is accepted with
+    probability p(x), and the target's own token is x with that same probability.
     """
 
     start: int
@@ -235,11 +230,9 @@ class Shadow:
 class Candidate:
     """One way to draft this step: a drafter able to propose up to max_k tokens.
 
-    A drafter that checks its own draft before it is verified (the draft model trims tokens
-    it is unsure of, draftlength.py) sometimes keeps none: the step is then a plain one that
-    has also paid for the drafting. `key`'s estimates are learnt from the drafts that were
-    verified, so without `miss` the choice would price only those and look better than it
-    is, most where a verify row is dear and trims are frequent.
+    A draft model trims its draft (draftlength.py), sometimes to nothing: a plain step that
+    also paid for drafting. `key`'s estimates are learnt from verified drafts only, so
+    without `miss` the choice would look better than it is.
     """
 
     drafter: str
@@ -257,14 +250,8 @@ class Choice:
     expected_speedup: float  # E(k)/T(k) over a plain step's 1/T(0)
 
 
-def choose(
-    costs: CostTable,
-    candidates: Sequence[Candidate],
-    models: Callable[[Hashable], AcceptanceModel],
-    *,
-    optimism: float = 1.0,
-    margin: float = 0.02,
-) -> Choice:
+def choose(costs: CostTable, candidates: Sequence[Candidate],
+           models: Callable[[Hashable], AcceptanceModel], *, optimism: float = 1.0) -> Choice:
     """Pick the drafter and k maximising expected tokens per second; k=0 unless it pays."""
     plain_seconds = costs.cost(1)
     plain = 1.0 / plain_seconds
@@ -278,7 +265,7 @@ def choose(
             gain = tokens / ((1.0 - cand.miss) * seconds + missed) / plain
             if gain > best.expected_speedup:
                 best = Choice(cand.drafter, k, gain)
-    if best.drafter is not None and best.expected_speedup < 1.0 + margin:
+    if best.drafter is not None and best.expected_speedup < 1.0 + MARGIN:
         return Choice(None, 0, 1.0)
     return best
 

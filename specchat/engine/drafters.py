@@ -1,13 +1,10 @@
 """Drafters: cheap guesses of the next few tokens, which the target then verifies.
 
-Every drafter implements `Drafter`: it sees the committed context (prompt + answer so far)
-and proposes up to k tokens as a chain (`Draft`, with the distribution q each was drawn from;
-None when the proposal is a deterministic function of the context, i.e. a one-hot q, as in
-prompt lookup) or, where the target verifies trees, as a `TreeDraft` (engine/tree.py). After
-the loop commits a step the policy calls `committed(context)`; on any exit `reset(context)`.
-The drafters: prompt lookup (`ngram`, here), a draft model of the target's vocabulary
-(`draft`, here) or of another (`draft`, engine/textdraft.py), the drafting store (`store`,
-engine/storedraft.py); a grammar's forced tokens (`grammar`) come from policy.GuidedPolicy.
+A drafter proposes up to k tokens after the committed context as a chain (`Draft`, with the
+distribution q each was drawn from; None when the proposal is a function of the context, a
+one-hot q) or, where the target verifies trees, as a `TreeDraft`. Here: prompt lookup and a
+draft model of the target's vocabulary; textdraft.py drafts with another vocabulary,
+storedraft.py from the store; a grammar's forced tokens come from policy.GuidedPolicy.
 """
 
 from __future__ import annotations
@@ -114,13 +111,10 @@ PREFILL_CHUNK = 512  # tokens per prefill call (= the backend's n_batch): progre
 
 def fill_cache(model: LogitsModel, tokens: Sequence[int], *, chunk: int = PREFILL_CHUNK,
                progress: Callable[[int, int], None] | None = None) -> int:
-    """Make the cache hold exactly `tokens`, reusing the cached common prefix.
-
-    Evaluates in calls of at most `chunk` tokens, cut at multiples of `chunk` so that a
-    prefill resumed from a cached prefix splits the rest like a fresh one; after each call
-    `progress(done, total)` hears how far it got. Returns how many tokens were evaluated.
-    One logits row per call is asked for and thrown away: it costs next to nothing and
-    spares backends a zero-row request.
+    """Make the cache hold exactly `tokens`, reusing the cached common prefix; returns how
+    many tokens were evaluated. Calls are cut at multiples of `chunk`, so a prefill resumed
+    from a cached prefix splits the rest like a fresh one. One logits row per call is asked
+    for and thrown away: it costs next to nothing and spares backends a zero-row request.
     """
     keep = common_prefix(model.tokens, tokens)
     model.truncate(keep)
@@ -136,19 +130,12 @@ def fill_cache(model: LogitsModel, tokens: Sequence[int], *, chunk: int = PREFIL
 
 
 class DraftModelDrafter(Drafter):
-    """Samples k tokens from a small model's warped distribution q, keeping every q row.
+    """Samples k tokens from a small model's warped distribution q, keeping every q row;
+    its cache holds a prefix of the committed context across steps.
 
-    Its cache is reused across steps: it holds a prefix of the committed context, so each
-    step evaluates only the tokens it has not seen (typically the previous step's correction
-    or bonus token, plus the last accepted draft).
-
-    `n_target` is the target's vocabulary size when it differs from the draft's by padding
-    ids: q rows then have the target's length and never give weight to an id the target
-    lacks (the exactness argument is in engine/padding.py).
-
-    Under a grammar (`constraint`) every row is masked as the target's is, the constraint
-    advanced through the tokens drafted so far and given them back afterwards, so q is the
-    masked distribution the token was really drawn from (engine/constraint.py).
+    With `n_target` (the target's vocabulary size, padded) q rows have the target's length
+    and no weight on ids the target lacks (padding.py). Under a grammar every row is masked
+    as the target's is, so q is what the token was really drawn from (constraint.py).
     """
 
     def __init__(self, model: LogitsModel, sampling: SamplingOptions,
@@ -169,8 +156,7 @@ class DraftModelDrafter(Drafter):
         self._extra: list[int] = []
 
     def prepare(self, context: Sequence[int], fill: bool = True) -> None:
-        """Take in the prompt; with fill=False only keep what the cache already holds of it
-        (the first propose() then evaluates the rest in one batch)."""
+        """With fill=False only keep what the cache already holds of the prompt."""
         self.blind = False
         if not fill:
             self.reset(context[:-1])
@@ -194,8 +180,7 @@ class DraftModelDrafter(Drafter):
 
     def scored(self, context: Sequence[int], k: int, rng: np.random.Generator,
                stop: StopRule | None = None) -> ScoredDraft:
-        """A draft with the draft's probability of each token (when `stop` is given; else
-        1.0 each), stopped early where `stop` says."""
+        """A draft with the draft's probability of each token (1.0 each without `stop`)."""
         # The cache will end at len(context) + k - 1 (the last draft is never evaluated).
         k = min(k, self.model.n_ctx - len(context) + 1)
         if k <= 0 or not context or self.blind:
@@ -284,10 +269,7 @@ class DraftModelDrafter(Drafter):
 
 
 class PromptLookupDrafter(Drafter):
-    """Proposes what followed the longest recent n-gram match in the whole context.
-
-    The proposal is a deterministic function of the context, so q is one-hot (None).
-    """
+    """Proposes what followed the longest recent n-gram match in the context (one-hot q)."""
 
     def __init__(self, min_match: int = 2, max_match: int = 4) -> None:
         # Shared with the store drafter where `auto` drafts from the store (engine/build.py).
@@ -302,7 +284,6 @@ class PromptLookupDrafter(Drafter):
         return Draft(tuple(self.lookup(context, k).tokens), None, NGRAM)
 
     def lookup(self, context: Sequence[int], k: int) -> Lookup:
-        """Up to k tokens that followed the longest earlier match of the context's suffix,
-        with the match's length and ambiguity (what `auto` judges a lookup by)."""
+        """ContextIndex.latest over `context`."""
         self.index.sync(context)
         return self.index.latest(k)

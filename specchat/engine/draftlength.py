@@ -1,30 +1,14 @@
-"""How `auto` uses the draft model: when its cache is worth filling, and how far to draft,
-token by token, from the draft's own confidence.
+"""How `auto` uses the draft model: when its cache is worth filling, and how far to draft.
 
-**When to fill it.** A draft model whose cache lags the whole prompt (a new document, a first
-question) must first read it: on a GPU a 700-token prompt costs a 0.5B model 5 to 13 target
-steps, more than a short answer gains from it (priced replays of Spec-Bench's rag prompts,
-docs/gpu.md). So the draft model starts cold, and `CatchUp` rents: every step it sits out,
-what that step's tokens would have saved is counted, and once that reaches half of what
-catching up costs, and what is left of the answer is expected to win the catch-up back, it
-catches up and drafts (ski rental with a prediction). One whose cache already holds most of
-the context (the conversation so far) is brought up to date at once, where that costs no
-more than a target step.
+When to fill it: reading a whole new prompt can cost a draft model more target steps than a
+short answer gains (docs/gpu.md), so a cold draft model waits while `CatchUp` rents (ski
+rental with a prediction); one whose cache holds most of the context catches up at once.
 
-**How far to draft.**
-The draft model says how sure it is of every token it drafts (its probability of it), and that
-predicts whether the target agrees far better than an average over earlier drafts does: the
-priced replays of recorded answers (docs/gpu.md) show the draft sure of most tokens the target
-keeps and unsure of most it rejects. Drafting one more token costs a draft step plus what one
-more row adds to the verify batch; it is worth the chance that it and every token before it
-are accepted, times what a token is worth here (the seconds it would otherwise take). So:
-
-- after each drafted token, draft on only while the next one is expected to pay for itself;
-- then keep only as many tokens as are worth their verify rows (none, if even the first is
-  too doubtful: the step is then a plain one and only the draft's own work was spent).
-
-P(accepted | confidence) is learnt per confidence bucket (the AcceptanceModel of
-autokeys.ConfidenceKey in AutoState), starting from the confidence itself.
+How far to draft: the draft's probability of each token predicts whether the target keeps it
+far better than an average over earlier drafts (docs/gpu.md). A token is drafted while it is
+expected to pay for its draft step and verify row, and only the tokens worth their rows are
+kept (none: a plain step). P(accepted | confidence) is learnt per confidence bucket
+(autokeys.ConfidenceKey).
 """
 
 from __future__ import annotations

@@ -49,15 +49,13 @@ Restore = Callable[[Sequence[int]], int]
 @dataclass(frozen=True)
 class LoopHooks:
     """What a caller lends the loop for one answer besides the models, the options and the
-    draft policy: what it calls back and what it feeds (engine/build.py's Hooks adds what
-    the policy is built from)."""
+    draft policy (engine/build.py's Hooks adds what the policy is built from)."""
 
     progress: ProgressCallback | None = None  # hears how far the prefill is after each chunk
     restore: Restore | None = None  # may first load a saved prefix of the prompt
     token_bytes: Callable[[int], bytes] | None = None  # default: the target's own
     clock: Clock = time.perf_counter
-    # A grammar the answer must follow, fresh for this answer (None: free text)
-    constraint: Constraint | None = None
+    constraint: Constraint | None = None  # a grammar, fresh for this answer (None: free text)
     # This machine's verify costs: every step's verify time teaches them, in every mode,
     # and the statistics price a plain step with them.
     costs: CostTable | None = None
@@ -67,9 +65,8 @@ class LoopHooks:
 def generate_with(target: LogitsModel, prompt: Sequence[int], options: GenerationOptions,
                   policy: DraftPolicy, hooks: LoopHooks = LoopHooks()
                   ) -> Generator[Event, None, None]:
-    """Stream the answer to `prompt` (token ids) as Chunk events, then one Finished, drafting
-    with `policy` (engine/build.py builds the one options.spec names; priced replays run
-    fixed and oracle policies). Raises ValueError at once for an empty prompt."""
+    """Stream the answer to `prompt` as Chunk events, then one Finished, drafting with
+    `policy`. Raises ValueError at once for an empty prompt."""
     return _Run(target, checked(prompt), options, policy, hooks).events()
 
 
@@ -88,10 +85,7 @@ class _Run:
         self.target = target
         self.options = options
         self.policy = policy
-        self.progress = hooks.progress
-        self.restore = hooks.restore
-        self.costs = hooks.costs
-        self.on_step = hooks.on_step
+        self.hooks = hooks
         self.token_bytes = hooks.token_bytes or target.token_bytes
         self.clock = hooks.clock
         self.constraint = hooks.constraint
@@ -136,11 +130,11 @@ class _Run:
         prompt = self.committed
         if len(prompt) > self.target.n_ctx:
             return False
-        if self.restore is not None:
-            self.stats.prompt_restored = self.restore(prompt[:-1])
+        if self.hooks.restore is not None:
+            self.stats.prompt_restored = self.hooks.restore(prompt[:-1])
         report = None
-        if self.progress is not None:
-            tell = self.progress
+        if self.hooks.progress is not None:
+            tell = self.hooks.progress
 
             def report(done: int, total: int) -> None:
                 tell(Progress(done, total, self.clock() - start))
@@ -152,8 +146,7 @@ class _Run:
         return True
 
     def _step(self) -> tuple[list[int], list[bool]]:
-        """One target call: draft, verify, accept, record. Returns the accepted drafts plus
-        the target's own token."""
+        """One target call; the accepted drafts plus the target's own token."""
         t0 = self.clock()
         draft = self._draft()
         t1 = self.clock()
@@ -192,18 +185,17 @@ class _Run:
         return kept, token, t2
 
     def _record(self, step: Step, sample_seconds: float) -> None:
-        """The step goes to the statistics, the cost table, the policy and the listener."""
         stats = self.stats
         stats.draft_seconds += step.draft_seconds
         stats.verify_seconds += step.verify_seconds
         stats.sample_seconds += sample_seconds
         stats.record_step(step.drafted, step.accepted,
                           seconds=step.verify_seconds + sample_seconds, source=step.source)
-        if self.costs is not None:
-            self.costs.observe(step.batch, step.verify_seconds)
+        if self.hooks.costs is not None:
+            self.hooks.costs.observe(step.batch, step.verify_seconds)
         self.policy.observe(step)
-        if self.on_step is not None:
-            self.on_step(step)
+        if self.hooks.on_step is not None:
+            self.hooks.on_step(step)
 
     def _verify_tree(self, draft: TreeDraft) -> tuple[list[int], int, float]:
         """Several candidates in one target call (engine/tree.py): the accepted path's
@@ -289,8 +281,8 @@ class _Run:
         yield Finished(reason, self.text.text, tuple(self.committed[self.n_prompt:]), stats)
 
     def _snapshot(self) -> Stats:
-        if self.costs is not None:
-            self.stats.plain_step_seconds = self.costs.cost(1)
+        if self.hooks.costs is not None:
+            self.stats.plain_step_seconds = self.hooks.costs.cost(1)
         return self.stats.snapshot(self.clock() - self.decode_start)
 
     def _restore(self) -> None:

@@ -1,11 +1,8 @@
 """Draft policies: per step, what to draft (and how much), and learning from how it went.
 
-The loop asks its policy for a draft of at most `limit` tokens before every step (an empty
-draft means a plain step) and hands it the step's facts as one `Step` afterwards. `off` is
-Plain; `draft` and `ngram` are Adaptive over one drafter; `auto` (auto.py) weighs every
-drafter against a plain step with measured costs. The policies are built outside the loop
-(engine/build.py). Exactness never depends on the policy: the loop verifies whatever is
-proposed.
+`off` is Plain; `draft` and `ngram` are Adaptive over one drafter; `auto` is auto.py. They are
+built in engine/build.py. Exactness never depends on the policy: the loop verifies whatever
+is proposed.
 """
 
 from __future__ import annotations
@@ -60,26 +57,39 @@ class Plain(DraftPolicy):
         return EMPTY_DRAFT
 
 
-class Adaptive(DraftPolicy):
+class _Around(DraftPolicy):
+    """A policy around `inner` (a drafter or another policy), which hears the whole
+    lifecycle."""
+
+    inner: Lifecycle
+
+    def prepare(self, context: Sequence[int]) -> None:
+        self.inner.prepare(context)
+
+    def committed(self, context: Sequence[int]) -> None:
+        self.inner.committed(context)
+
+    def reset(self, context: Sequence[int]) -> None:
+        self.inner.reset(context)
+
+
+class Adaptive(_Around):
     """One drafter, always asked (the `draft` and `ngram` modes). Its k doubles after a fully
     accepted draft (up to k_max) and drops to accepted + 1 after a rejection: long drafts
     while copying, short ones otherwise, since on CPUs every rejected token costs most of a
     step (docs/costs.md)."""
 
-    def __init__(self, drafter: Drafter, k_max: int, k_start: int = 4) -> None:
-        self.drafter = drafter
+    def __init__(self, drafter: Drafter, k_max: int) -> None:
+        self.inner: Drafter = drafter
         self.k_max = max(0, k_max)
-        self.k = min(max(1, k_start), self.k_max)
-
-    def prepare(self, context: Sequence[int]) -> None:
-        self.drafter.prepare(context)
+        self.k = min(4, self.k_max)  # the first draft's length
 
     def propose(self, context: Sequence[int], limit: int,
                 rng: np.random.Generator) -> Draft | TreeDraft:
         k = min(self.k, limit)
         if k <= 0:
             return EMPTY_DRAFT
-        return self.drafter.propose(context, k, rng).cut(k)
+        return self.inner.propose(context, k, rng).cut(k)
 
     def observe(self, step: Step) -> None:
         drafted, accepted = step.drafted, step.accepted
@@ -90,25 +100,16 @@ class Adaptive(DraftPolicy):
         else:
             self.k = min(self.k_max, accepted + 1)
 
-    def committed(self, context: Sequence[int]) -> None:
-        self.drafter.committed(context)
 
-    def reset(self, context: Sequence[int]) -> None:
-        self.drafter.reset(context)
-
-
-class GuidedPolicy(DraftPolicy):
+class GuidedPolicy(_Around):
     """A draft policy under a grammar: the grammar's forced tokens are drafted first (they
     cost nothing to propose), anything else the inner policy proposes is cut at the first
     forbidden token. The inner policy hears only about the steps it proposed."""
 
     def __init__(self, inner: DraftPolicy, constraint: Constraint) -> None:
-        self.inner = inner
+        self.inner: DraftPolicy = inner
         self.constraint = constraint
         self._asked = False
-
-    def prepare(self, context: Sequence[int]) -> None:
-        self.inner.prepare(context)
 
     def propose(self, context: Sequence[int], limit: int, rng: np.random.Generator) -> Draft:
         forced = tuple(self.constraint.forced(limit))[:limit]
@@ -124,9 +125,3 @@ class GuidedPolicy(DraftPolicy):
     def observe(self, step: Step) -> None:
         if self._asked:
             self.inner.observe(step)
-
-    def committed(self, context: Sequence[int]) -> None:
-        self.inner.committed(context)
-
-    def reset(self, context: Sequence[int]) -> None:
-        self.inner.reset(context)

@@ -75,7 +75,6 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-
 @runtime_checkable
 class TreeModel(Protocol):
     """A LogitsModel that can verify a tree of drafts in one batch (engine/tree.py).

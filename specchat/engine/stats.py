@@ -1,9 +1,9 @@
 """Running statistics of one answer, as plain immutable data.
 
 Acceptance is accepted / drafted over the steps that drafted something; steps that drafted
-nothing (no n-gram match, k=0, `off`) are counted apart in `steps_empty`, so that a drafter
-that rarely fires is not flattered or punished by the steps where it did not try.
-`accepted` counts verification decisions, before any cut for max_tokens or a stop.
+nothing are counted apart (`steps_empty`), so a drafter that rarely fires is not judged by
+the steps where it did not try. `accepted` counts verification decisions, before any cut for
+max_tokens or a stop.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """Stop strings found in a growing text with work that does not grow with how many there are.
 
 An Aho-Corasick automaton over the stop strings, fed one token's text at a time. Its state
-after any text is the longest end of that text that begins some stop string, which answers
-both questions the text stream asks per token: did a stop string just end (and where did the
-earliest one start), and how much of the text must be held back because a stop string may be
-about to complete. Each character costs one forward move plus failure moves; failure moves
-never outnumber the characters read over the whole text, so the work per token is bounded by
-its characters, not by the number or total size of the stop strings (a request's 1,000 stop
-strings cost what one does).
+is the longest end of the text read that begins some stop string: it says whether a stop
+string just ended (and where), and how much text to hold back. Failure moves never outnumber
+the characters read, so the work per token is bounded by its characters, not by the number
+or size of the stop strings.
 
-Hand-written because the state must carry over from one token to the next and must say how
-deep it is (the hold-back); the well-kept C automata scan whole strings and report matches
-only.
+Hand-written because the state must carry over from one token to the next and say how deep
+it is (the hold-back); the well-kept C automata scan whole strings and report matches only.
 """
 
 from __future__ import annotations

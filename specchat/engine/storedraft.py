@@ -1,24 +1,15 @@
 """The `store` drafter: drafts from the drafting store of earlier prompts and answers.
 
-Each step the context's suffix is looked up in the store (engine/suffix.py); what followed
-its occurrences becomes a trie of candidates (engine.suffix.CandidateTree), every node with
-the (recency-weighted) occurrences that continued that way. How often such a node holds
-depends most on whether the occurrences agree there (a sole continuation, or competing
-ones) and on how many support it, then on how long the match is (docs/drafting.md has the
-table): one earlier answer that went on with "x" says less than three that all did. So each
-node is calibrated by what was observed for its kind (match-length bucket x support class):
-P(the target writes this node's token | it wrote the parent's). Those observations cost
-nothing: the candidates are a function of the context, so the tokens the target then
-commits score every candidate of the last lookup, drafted or not (cost.Shadow, as `auto`
-scores the lookups it did not draft).
+Each step the context's suffix is looked up in the store (engine/suffix.py) and in the
+context itself; what followed the occurrences becomes a trie of candidates. Each node is
+calibrated by its kind (match-length bucket x support class, docs/drafting.md): P(the target
+writes this node's token | it wrote the parent's), because whether the occurrences agree and
+how many support a node predicts that best. The calibration is learnt for free: the tokens
+the target commits score every candidate of the last lookup, drafted or not (cost.Shadow).
 
-From the calibrated nodes `propose` takes the subtree that maximises expected tokens per
-second on the cost table: nodes by the probability of reaching them, one at a time, as long
-as tokens per second grow (a chain where the target verifies chains only, or where one
-branch is best). On a CPU, where every verified token costs most of a step, that is a short
-chain from long, consistent matches; priced like a GPU, a wide tree. The draft carries what
-it is expected to yield (Draft.expected_speedup), which `auto` weighs against its other
-drafters; an empty draft when nothing is expected to beat a plain step.
+`propose` takes nodes by the probability of reaching them as long as expected tokens per
+second grow on the cost table: a short chain on a CPU, a wide tree priced like a GPU. The
+draft carries its expected speedup, which `auto` weighs against its other drafters.
 """
 
 from __future__ import annotations
@@ -100,9 +91,7 @@ Models = Callable[[Hashable], AcceptanceModel]
 
 
 class StoreDrafter(Drafter):
-    """Drafts from a SuffixIndex over the drafting store and the context's own index (see
-    the module docstring): a drafters.Drafter that prices its drafts on `costs`. `context`
-    is prompt lookup's index where it keys the store's k-grams (engine/build.py)."""
+    """`context` is prompt lookup's index where it keys the store's k-grams (build.py)."""
 
     def __init__(self, index: SuffixIndex, models: Models, costs: CostTable,
                  branches: int = 1, clock: Callable[[], float] = time.perf_counter,
@@ -132,7 +121,6 @@ class StoreDrafter(Drafter):
             self._rates = np.array([[self.models(self.key(b, s)).rate(1)
                                      for s in range(len(STORE_PRIORS[0]))]
                                     for b in range(len(STORE_PRIORS))])
-            self._stale.clear()
         for b, s in self._stale:
             self._rates[b, s] = self.models(self.key(b, s)).rate(1)
         self._stale.clear()
@@ -140,8 +128,7 @@ class StoreDrafter(Drafter):
 
     def propose(self, context: Sequence[int], k: int,
                 rng: np.random.Generator | None = None) -> Draft | TreeDraft:
-        """The best draft from the store at most `k` deep with its expected speedup; empty
-        when nothing matches or no draft is expected to beat a plain step."""
+        """Empty when nothing matches or no draft is expected to beat a plain step."""
         start = self.clock()
         self.observe(context)
         found = self._candidates(context)
@@ -155,9 +142,8 @@ class StoreDrafter(Drafter):
 
     @property
     def last_candidates(self) -> tuple[CandidateTree, np.ndarray, np.ndarray] | None:
-        """The last lookup's trie with each node's length bucket and support class (for
-        statistics: benchmarks/sessions.py lookups); None before a lookup or after it was
-        scored."""
+        """The last lookup's trie with each node's length bucket and support class, until it
+        is scored (for statistics: benchmarks/sessions.py)."""
         s = self._shadow
         return None if s is None else (s.tree, s.bucket, s.support)
 
@@ -191,8 +177,7 @@ class StoreDrafter(Drafter):
         return out
 
     def _candidates(self, context: Sequence[int]) -> tuple[_Shadow, np.ndarray] | None:
-        """The trie of continuations with each node's calibration key, and the calibrated
-        probability that the target reaches each node."""
+        """The trie of continuations, and the calibrated P(the target reaches each node)."""
         self.context.sync(context)
         # This answer's own occurrences first (the most recent), then the store's.
         found = [(m, from_store) for m, from_store in (

@@ -1,18 +1,15 @@
 """A suffix index over stored token records: where the context's last tokens occurred before,
 and what followed them there.
 
-A store is a list of segments (the backend reads them from disk; the engine never does I/O).
-A segment holds records of token ids, each closed by SEP, and a sorted index of every k-gram
-that has a continuation: (hash of the k tokens ending at position p, p), ordered by hash and
-then by p. A lookup hashes the context's last k tokens, finds the most recent occurrences in
-each segment by binary search (newest segment first), measures how long each match really is
-by comparing backwards, and returns what followed each occurrence.
+A store is a list of segments (read from disk by the backend). A segment holds records of
+token ids, each closed by SEP, and the (hash, position) of every k-gram with a continuation,
+sorted. A lookup binary-searches the hash of the context's last k tokens in each segment,
+newest first, and measures each match's true length by comparing backwards.
 
-Why hashed k-grams and not a suffix tree: a full store (64 MB by default, ~4M tokens) must
-open in well under 100 ms and be written to by several processes at once. Sorted arrays in
-immutable files open by mmap in microseconds, merge with numpy, and answer a lookup with one
-binary search per segment; the backward comparison then gives the true match length (up to
-MAX_MATCH), which is what a suffix tree's depth would give.
+Why hashed k-grams and not a suffix tree: a full store (~4M tokens) must open in well under
+100 ms and be written to by several processes at once. Sorted arrays in immutable files open
+by mmap in microseconds and merge with numpy; the backward comparison gives the match length
+(up to MAX_MATCH) a suffix tree's depth would.
 
 Bytes on disk are hostile: every position an index hands out is checked against its segment's
 length, and token ids the model does not have end a continuation.
@@ -48,8 +45,8 @@ _MASK = (1 << 64) - 1
 
 
 def key_of(tokens: Sequence[int]) -> int:
-    """kgram_keys of exactly these tokens, in plain integers: a lookup hashes one key per
-    step, where numpy's per-call cost is most of the work."""
+    """kgram_keys of exactly these tokens, in plain integers (numpy's per-call cost would be
+    most of the work)."""
     h = int(_M1)
     for t in tokens:
         h = ((h ^ int(t)) * int(_M2)) & _MASK
@@ -59,9 +56,8 @@ def key_of(tokens: Sequence[int]) -> int:
 
 
 def row_keys(rows: np.ndarray) -> np.ndarray:
-    """A hash of each row of a 2-D array of token ids (-1 allowed): a sum of the tokens
-    times odd random weights, mod 2^64, then mixed. Cheap for a few dozen rows; only
-    equal rows are ever compared, so collisions just cost a little evidence."""
+    """A hash of each row of token ids (-1 allowed): odd random weights, summed mod 2^64,
+    then mixed. Collisions just cost a little evidence."""
     m = np.asarray(rows).astype(np.uint64)
     weights = _row_weights(m.shape[1])
     with np.errstate(over="ignore"):
@@ -123,7 +119,6 @@ class Segment:
 
     @classmethod
     def of_records(cls, records: Sequence[Sequence[int]], k: int = KEY_LEN) -> Segment:
-        """A segment built in memory (the backend writes these; tests use them directly)."""
         parts: list[np.ndarray] = []
         for record in records:
             parts.append(np.asarray(record, dtype=np.uint32))
@@ -142,14 +137,11 @@ class Matches:
 
     length: np.ndarray  # int64 (c,): how many context tokens each occurrence matches
     following: np.ndarray  # int64 (c, depth): the tokens that followed; -1 past the end
-    # int64 (c,): a hash of the MAX_MATCH tokens up to each occurrence and what followed:
-    # equal for copies of one text (a schema pasted into every request), which are one
-    # piece of evidence, not several.
+    # int64 (c,): a hash of the tokens around each occurrence: equal for copies of one text
+    # (a schema pasted into every request), which are one piece of evidence, not several.
     text: np.ndarray
-    # int64 (c,): where each occurrence is: the index of its segment (-1: the context) and
-    # its position there (SuffixIndex.copied asks more of it).
-    segment: np.ndarray
-    position: np.ndarray
+    segment: np.ndarray  # int64 (c,): the occurrence's segment (-1: the context)
+    position: np.ndarray  # int64 (c,): its position there
 
     def __len__(self) -> int:
         return len(self.length)
@@ -182,8 +174,7 @@ class SuffixIndex:
 
     def lookup(self, context: Sequence[int], *, max_occurrences: int = 48,
                depth: int = 16) -> Matches | None:
-        """Up to `max_occurrences` most recent occurrences of the context's last k tokens,
-        each with its match length and the `depth` tokens that followed; None if none."""
+        """The most recent occurrences of the context's last k tokens; None if none."""
         k = self.k
         if len(context) < k or self.empty:
             return None
@@ -198,9 +189,8 @@ class SuffixIndex:
         return m if keep.all() else m.select(keep)
 
     def _occurrences(self, key: int, max_occurrences: int, depth: int) -> _Windows | None:
-        """The store's side of a lookup: where the key occurs and the windows around it. It
-        does not depend on the context, and a step's key has usually been looked up earlier
-        in the answer, so it is kept (read-only) for the next time."""
+        """The store's side of a lookup: independent of the context, and a step's key has
+        usually been looked up earlier in the answer, so it is kept (read-only)."""
         memo = (key, max_occurrences, depth)
         if memo in self._memo:
             return self._memo[memo]
@@ -264,9 +254,8 @@ class SuffixIndex:
     def copied(self, segment: np.ndarray, position: np.ndarray, following: np.ndarray
                ) -> np.ndarray:
         """For occurrences in the store: whether the first two tokens that followed each
-        appear within COPY_WINDOW tokens before it in its own record. The earlier answer
-        copied them from its request (a name, an id), so this request will copy something
-        of its own there. (A function of the occurrence alone: remembered.)"""
+        appear within COPY_WINDOW tokens before it in its own record (the earlier answer
+        copied them from its request: a name, an id). Remembered per occurrence."""
         out = np.zeros(len(segment), dtype=bool)
         groups: dict[int, list[int]] = {}
         for row, (at, p) in enumerate(zip(segment.tolist(), position.tolist(), strict=True)):
@@ -291,14 +280,13 @@ class _Windows:
 
     back: np.ndarray  # (c, MAX_MATCH): the tokens up to each occurrence, newest first
     ahead: np.ndarray  # (c, depth): what followed (-1 past its end)
-    text: np.ndarray  # (c,): Matches.text
+    text: np.ndarray  # as Matches'
     segment: np.ndarray
     position: np.ndarray
 
 
 def windowed(tokens: np.ndarray, pos: np.ndarray, depth: int, n_vocab: int) -> Matches:
-    """The Matches of earlier positions of the context `tokens` (newest first) against the
-    context's own suffix (segment -1: the context; contextindex.ContextIndex.lookup)."""
+    """The Matches of earlier positions `pos` of the context `tokens` (newest first)."""
     idx = pos[:, None] + np.arange(-MAX_MATCH + 1, depth + 1)[None, :]
     both = tokens.take(idx, mode="clip").astype(np.int64)
     both[(idx < 0) | (idx >= len(tokens))] = -1
@@ -320,9 +308,8 @@ def _prepared(both: np.ndarray, n_vocab: int) -> tuple[np.ndarray, np.ndarray, n
 
 def match_lengths(back: np.ndarray, tail: np.ndarray) -> np.ndarray:
     """How many of the context's last tokens (`tail`, oldest first, at most MAX_MATCH) each
-    row of `back` (the MAX_MATCH tokens before an earlier occurrence's continuation, newest
-    first, -1 where there are none) matches: the one way a match's length is measured, for
-    the store's lookups and for prompt lookup's (drafters.NgramIndex.lookup)."""
+    row of `back` (newest first, -1 where there are none) matches: for the store's lookups
+    and the context's own."""
     if len(tail) == MAX_MATCH:
         same = back == tail[::-1][None, :]
     else:
@@ -355,20 +342,15 @@ def _copied(tokens: np.ndarray, pos: np.ndarray, ahead: np.ndarray) -> np.ndarra
 
 @dataclass(frozen=True)
 class CandidateTree:
-    """The distinct continuations of a set of occurrences as a trie, parents before children.
-
-    `weight[i]` is the summed weight of the occurrences whose continuation passes node i,
-    `total` that of all occurrences (the root's); `parent` is -1 for the root's children.
-    """
+    """The distinct continuations of a set of occurrences as a trie, parents before children."""
 
     tokens: np.ndarray  # int64 (n,)
-    parent: np.ndarray  # int64 (n,)
+    parent: np.ndarray  # int64 (n,), -1 for the root's children
     depth: np.ndarray  # int64 (n,), 1 for the root's children
-    weight: np.ndarray  # float64 (n,)
+    weight: np.ndarray  # float64 (n,): summed weight of the occurrences through the node
     count: np.ndarray  # int64 (n,): occurrences through the node
-    total: float
-    # int64 (n,) per mark: of those occurrences, how many the mark flags (from the store...)
-    marked: tuple[np.ndarray, ...] = ()
+    total: float  # the weight of all occurrences
+    marked: tuple[np.ndarray, ...] = ()  # int64 (n,) per mark: occurrences it flags
     # int64 (rows, depth): the node each occurrence's continuation reaches at each depth
     # (-1 past its end), rows in the order they were given: paths for products along them.
     paths: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
@@ -379,8 +361,7 @@ class CandidateTree:
 
 def continuation_tree(following: np.ndarray, weights: np.ndarray,
                       marks: Sequence[np.ndarray] = ()) -> CandidateTree:
-    """The trie of `following` rows (-1 pads a row's end), weighting each row by `weights`
-    and counting, per node and per mark, the rows that mark flags."""
+    """The trie of `following` rows (-1 pads a row's end)."""
     c, depth = following.shape
     if c == 0 or depth == 0:
         empty = np.zeros(0, dtype=np.int64)

@@ -1,20 +1,17 @@
 """Drafting with a model of another vocabulary: its text, re-tokenized for the target.
 
-A draft whose token ids mean other text than the target's cannot be verified the usual way
-(acceptance compares both models' probabilities of one id). Its text can: the draft writes
-greedily, that text is tokenized as the target would write it, and the target tokens are
-proposed as a function of the context alone, a one-hot q as in prompt lookup. The rejection
-rule then keeps the answer's distribution exactly the target's at every temperature,
-whatever the draft wrote (engine/acceptance.py): the draft only decides how much is kept.
+Token ids of another vocabulary cannot be verified (acceptance compares both models'
+probabilities of one id), but text can: the draft writes greedily, the target's tokens of that
+text are proposed as a function of the context alone (a one-hot q, as in prompt lookup), and
+the rejection rule keeps the answer exactly the target's at every temperature (acceptance.py).
 
 Where tokens meet text (each model's side through a TextVocab, llm/textvocab.py):
-- the draft reads the committed context as text (`Mirror`): runs of ordinary target tokens
-  are tokenized for it as plain text, a control token becomes the draft's control token of
-  the same spelling (else plain text); only the run in progress is tokenized again per step;
-- the draft's text may end mid-word or mid-character: an incomplete character is cut and
-  the last target token dropped (more text could change it), unless the draft ended there;
-- the target tokens of the draft's text are cut out of a tokenization of the context's last
-  few tokens' text plus the draft's, so a word split at the boundary is split as in context;
+- the draft reads the committed context as text (`Mirror`), a control token as the draft's
+  control token of the same spelling (else plain text);
+- an incomplete last character is cut, and the last target token dropped (more text could
+  change it), unless the draft ended there;
+- the draft's target tokens are cut out of a tokenization of the context's last few tokens'
+  text plus the draft's, so a word split at the boundary is split as in context;
 - plain-text tokenizing never yields a control token, and a draft's control token ends its
   text: no control token is ever proposed.
 """
@@ -211,8 +208,7 @@ def _cut_after(target: TextVocab, anchor: bytes, text: bytes) -> list[int] | Non
 
 @dataclass
 class _Scoring:
-    """One TextDrafter draft under way: the target tokens found so far, their confidence,
-    the draft's evals, and how far the stopping rule let it go."""
+    """One TextDrafter draft under way."""
 
     k: int
     stop: StopRule | None
@@ -220,24 +216,21 @@ class _Scoring:
     confidence: list[float] = field(default_factory=list)
     evals: int = 0
     asked: int = 0  # how many tokens `stop` heard about
-    cut: int = 0  # where it stopped the draft (k: it did not)
-
-    def __post_init__(self) -> None:
-        self.cut = self.k
 
     def stops(self, n: int) -> bool:
-        """Asks `stop` once about each new token, in order; True once it says stop."""
+        """Asks `stop` once about each new token, in order; True (and the draft cut there)
+        once it says stop."""
         if self.stop is None:
             return False
         for i in range(self.asked, n):
             self.asked = i + 1
             if self.stop(i + 1, self.confidence[i]):
-                self.cut = i + 1
+                del self.found[i + 1:]
                 return True
         return False
 
     def result(self) -> ScoredDraft:
-        n = min(len(self.found), self.cut)
+        n = min(len(self.found), self.k)
         if not n:
             return ScoredDraft(UNSCORED.draft, (), self.evals)
         draft = Draft(tuple(int(t) for t in self.found[:n]), None, DRAFT)
@@ -245,11 +238,8 @@ class _Scoring:
 
 
 class TextDrafter(Drafter):
-    """Proposes the target tokens of a draft model's greedy text (a one-hot q).
-
-    Has what `auto` asks of a draft model's drafter (auto.py): `model`, `blind`, `lag` and
-    `scored`, so auto weighs it as it weighs a draft of the same vocabulary.
-    """
+    """Proposes the target tokens of a draft model's greedy text, with what `auto` asks of a
+    draft model's drafter (`model`, `blind`, `lag`, `scored`)."""
 
     def __init__(self, model: LogitsModel, vocabs: TextVocabs) -> None:
         self.model = model
@@ -258,7 +248,7 @@ class TextDrafter(Drafter):
         self.blind = False  # the context no longer fits the draft's cache
 
     def prepare(self, context: Sequence[int], fill: bool = True) -> None:
-        """Take in the prompt; with fill=False the first propose() reads it instead."""
+        """With fill=False the first propose() reads the prompt instead."""
         mine = self.mirror.update(context)
         self.blind = len(mine) >= self.model.n_ctx
         if fill and not self.blind and len(mine) > 1:
@@ -275,9 +265,8 @@ class TextDrafter(Drafter):
 
     def scored(self, context: Sequence[int], k: int, rng: np.random.Generator,
                stop: StopRule | None = None) -> ScoredDraft:
-        """As DraftModelDrafter.scored: a token's confidence is the draft's lowest top
-        probability among the draft tokens that wrote it; `evals` counts the draft's evals,
-        more than the tokens proposed (the last target token waits for more text)."""
+        """As DraftModelDrafter.scored; a token's confidence is the lowest top probability
+        of the draft tokens that wrote it."""
         if k <= 0 or not context or self.blind:
             return UNSCORED
         mine = self.mirror.update(context)

@@ -66,10 +66,6 @@ class TreeDraft:
             depths.append(1 if p < 0 else depths[p] + 1)
         return max(depths, default=0)
 
-    @property
-    def leaves(self) -> int:
-        return sum(1 for i in range(len(self.tokens)) if i not in self._children)
-
     def batch(self, last: int) -> tuple[list[int], list[int]]:
         """The verify batch [last, *tokens] and each row's parent row (-1 for row 0)."""
         return [last, *self.tokens], [-1, *(p + 1 for p in self.parents)]

@@ -109,8 +109,6 @@ def test_tree_draft_checks_its_shape() -> None:
         TreeDraft((1, 2), (0, -1))  # a child before its parent
     with pytest.raises(ValueError):
         TreeDraft((1, 1), (-1, -1))  # two children with the same token
-    assert TreeDraft((1, 2, 3), (-1, 0, 1)).leaves == 1
-    assert TreeDraft((1, 2, 3, 4), (-1, 0, 0, -1)).leaves == 3
     assert TreeDraft((1, 2, 3), (-1, 0, 0)).cut(2) == TreeDraft((1, 2), (-1, 0))
 
 
