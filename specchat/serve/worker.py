@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from specchat.backend.base import Backend, Message
 from specchat.backend.clients import Client
-from specchat.engine.events import Event
+from specchat.engine.events import Event, Finished
 from specchat.engine.loop import Progress
 from specchat.engine.options import GenerationOptions
 from specchat.engine.sampling import NoTokenLeft
@@ -161,10 +161,14 @@ class Worker:
             return
         start = time.monotonic()
         events = self._events(job)
+        answered = False
         try:
             for event in events:
                 job.push(event)
-                if job.cancelled.is_set():
+                # Once the answer is out, what is left is keeping it (the drafting store's
+                # write): a shutdown or a client leaving now must not lose it.
+                answered = answered or isinstance(event, Finished)
+                if job.cancelled.is_set() and not answered:
                     break  # within one verify step of the client leaving
         except Cancelled:
             pass  # its client left during the prefill: nobody is listening
@@ -176,7 +180,7 @@ class Worker:
             job.push(APIError(500, f"the answer failed: {_describe(exc)}", type="server_error"))
         finally:
             events.close()
-        if job.cancelled.is_set() and self.state == STOPPED:
+        if job.cancelled.is_set() and self.state == STOPPED and not answered:
             job.push(_shutting_down())
         job.push(Done())
         self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.monotonic() - start)

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from specchat.backend.draftstore import open_store, usage_by_vocabulary
 from specchat.engine.build import generate
 from specchat.engine.events import Chunk, Finished
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.serve.app import ServeConfig, create_app, model_aliases
+from specchat.serve.errors import APIError
 from specchat.serve.worker import READY, Done, Job, Worker
 from specchat.settings.schema import BY_NAME, GENERATION, group
 from tests.support.fake_runtime import chat_encode, encode, fake_model, fake_runtime
@@ -343,3 +347,43 @@ def test_cancelled_job_stops_within_a_step_and_leaves_the_cache_consistent() -> 
     finished = [i for i in later if isinstance(i, Finished)]
     assert finished and finished[0].text == expected(n=3).text
     assert finished[0].stats.prompt_cached == len(chat_encode(HELLO)) - 1
+
+
+def test_an_answer_sent_before_a_shutdown_is_still_kept(tmp_path: Path) -> None:
+    """SIGTERM right after the client got its answer (the worker stops in the gap between
+    handing out Finished and the drafting store's write) still keeps that answer."""
+    import asyncio
+
+    runtime = fake_runtime()
+    target = runtime.target
+    runtime.store = open_store(target.n_vocab, target.eog_tokens, target.token_bytes,
+                               enabled=True, size="1M", private=False, root=tmp_path)
+    worker = Worker(lambda: runtime, 4)
+
+    @dataclass
+    class StoppedOnceSent(Job):
+        def push(self, item: Any) -> None:
+            super().push(item)
+            if isinstance(item, Finished):
+                worker.cancel_all()  # what the server's SIGTERM handler does
+
+    worker.start()
+    loop = asyncio.new_event_loop()
+    try:
+        job = StoppedOnceSent(HELLO, GenerationOptions(max_tokens=5, spec="off"), loop)
+        job.out = asyncio.Queue()
+        worker.submit(job)
+
+        async def collect() -> list[Any]:
+            got = [await job.next()]
+            while not isinstance(got[-1], Done):
+                got.append(await job.next())
+            return got
+
+        items = loop.run_until_complete(collect())
+    finally:
+        worker.stop()
+        loop.close()
+    assert any(isinstance(i, Finished) for i in items)
+    assert not any(isinstance(i, APIError) for i in items)  # no "cut short" after it
+    assert sum(n for _, _, n in usage_by_vocabulary(tmp_path).values()) == 1

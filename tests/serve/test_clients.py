@@ -5,6 +5,7 @@ words never shape another's drafts or statistics; the owner's own drafting store
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,10 @@ def serve_records(home: Path) -> int:
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A home whose owner asked QUESTION before: their drafting store holds its answer,
-    written as `ask` writes it."""
+    written as `ask` writes it. No SPECCHAT_ variable of the shell running the tests (a
+    store folder, an option) reaches the server: it keeps everything under this home."""
+    for name in [n for n in os.environ if n.startswith("SPECCHAT_")]:
+        monkeypatch.delenv(name)
     monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
     runtime = open_fake(LoadSettings())  # opens the owner's store under this home
     drain(runtime.answer(messages(QUESTION), GenerationOptions(max_tokens=60, spec=Spec.AUTO)))
