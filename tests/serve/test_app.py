@@ -329,13 +329,7 @@ def test_cancelled_job_stops_within_a_step_and_leaves_the_cache_consistent() -> 
         again.out = asyncio.Queue()
         worker.submit(again)
 
-        async def collect() -> list[Any]:
-            got = [await again.next()]
-            while not isinstance(got[-1], Done):
-                got.append(await again.next())
-            return got
-
-        later = loop.run_until_complete(collect())
+        later = loop.run_until_complete(_until_done(again))
     finally:
         worker.stop()
         loop.close()
@@ -347,6 +341,14 @@ def test_cancelled_job_stops_within_a_step_and_leaves_the_cache_consistent() -> 
     finished = [i for i in later if isinstance(i, Finished)]
     assert finished and finished[0].text == expected(n=3).text
     assert finished[0].stats.prompt_cached == len(chat_encode(HELLO)) - 1
+
+
+async def _until_done(job: Job) -> list[Any]:
+    """Everything a job hands out, up to and including its Done."""
+    got = [await job.next()]
+    while not isinstance(got[-1], Done):
+        got.append(await job.next())
+    return got
 
 
 def test_an_answer_sent_before_a_shutdown_is_still_kept(tmp_path: Path) -> None:
@@ -374,13 +376,7 @@ def test_an_answer_sent_before_a_shutdown_is_still_kept(tmp_path: Path) -> None:
         job.out = asyncio.Queue()
         worker.submit(job)
 
-        async def collect() -> list[Any]:
-            got = [await job.next()]
-            while not isinstance(got[-1], Done):
-                got.append(await job.next())
-            return got
-
-        items = loop.run_until_complete(collect())
+        items = loop.run_until_complete(_until_done(job))
     finally:
         worker.stop()
         loop.close()
