@@ -334,7 +334,8 @@ class AutoPolicy(DraftPolicy):
 
     # --- choosing ----------------------------------------------------------------------------
     def _candidates(self, context: Sequence[int], k: int, avail: Sequence[int],
-                    bucket: int) -> tuple[list[Candidate], Candidate | None]:
+                    bucket: int, *, renting: bool | None = None
+                    ) -> tuple[list[Candidate], Candidate | None]:
         """The drafters to choose between, and a cold draft model priced as if it were
         warm (only for the rent it would have saved) until its catch-up is paid for."""
         out: list[Candidate] = []
@@ -345,7 +346,7 @@ class AutoPolicy(DraftPolicy):
             return out, None
         costs = self.state.draft_costs
         gap = max(1, self.draft.lag(context) + 1)
-        cold = gap > COLD_LAG or self._renting
+        cold = gap > COLD_LAG or (self._renting if renting is None else renting)
         catch_up = costs.cost(1 if cold else gap)  # a paid-for catch-up is spent already
         trimmed = catch_up + max(self.state.trim_steps - 1.0, 0.0) * costs.cost(1)
         evals = self._evals_per_token()  # the first eval is the catch-up's
@@ -371,8 +372,7 @@ class AutoPolicy(DraftPolicy):
         if price > self.state.target_costs.cost(1):
             return True
         # Priced as a warm draft model is chosen in propose(): would it be, and save what?
-        self._renting = True
-        _, warm = self._candidates(context, self.k_max, (), 0)
+        _, warm = self._candidates(context, self.k_max, (), 0, renting=True)
         best = choose(self.state.target_costs, [] if warm is None else [warm],
                       self.state.model, optimism=OPTIMISM)
         saving = self.state.target_costs.cost(1) * (1.0 - 1.0 / best.expected_speedup)
