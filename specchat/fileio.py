@@ -25,8 +25,9 @@ and then written by `logging`.
 - Reads of the user's files are bounded: `read_limited` refuses devices (and FIFOs, unless
   asked to take pipes) and stops at a size limit, so /dev/zero or a FIFO nobody writes to
   can neither fill the memory nor hang a command; `read_head` and `open_regular` serve a
-  reader of a file too large to read whole (a model's magic, its hash); `read_stream` holds
-  stdin to a limit.
+  reader that takes only part of a file (a model's magic or hash, a prompt-cache entry, a
+  mapped store segment, another process's lock), refusing what `read_limited` refuses
+  (NotRegularFile says what it is instead); `read_stream` holds stdin to a limit.
 """
 
 from __future__ import annotations
