@@ -25,8 +25,9 @@ and then written by `logging`.
 - Reads of the user's files are bounded: `read_limited` refuses devices (and FIFOs, unless
   asked to take pipes) and stops at a size limit, so /dev/zero or a FIFO nobody writes to
   can neither fill the memory nor hang a command; `read_head` and `open_regular` serve a
-  reader of a file too large to read whole (a model's magic, its hash); `read_stream` holds
-  stdin to a limit.
+  reader that takes only part of a file (a model's magic or hash, a prompt-cache entry, a
+  mapped store segment, another process's lock), refusing what `read_limited` refuses
+  (NotRegularFile says what it is instead); `read_stream` holds stdin to a limit.
 """
 
 from __future__ import annotations
@@ -61,6 +62,16 @@ class FileIOError(SpecchatError):
     def __init__(self, message: str, reason: str = "") -> None:
         super().__init__(message)
         self.reason = reason or message
+
+
+class NotRegularFile(FileIOError):
+    """A read refused because the path is a FIFO, a device, a directory... (`kind`: 'a FIFO'),
+    for a reader that words the refusal its own way."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        reason = f"is {kind}, not a regular file"
+        super().__init__(f"cannot read {path}: {reason}", reason)
+        self.kind = kind
 
 
 def describe(exc: OSError) -> str:
@@ -247,18 +258,20 @@ def read_head(path: Path, count: int) -> bytes:
         os.close(fd)
 
 
-def open_regular(path: Path) -> BinaryIO:
+def open_regular(path: Path, *, follow: bool = True) -> BinaryIO:
     """A user's regular file opened for reading in binary, for a reader that takes only what
-    it needs of a large file (a model's hash); a FIFO or a device is refused as `read_limited`
-    refuses it, FileNotFoundError passes through."""
-    return os.fdopen(_open_readable(path, pipes=False), "rb")
+    it needs of a large file (a model's head or hash, a mapped segment); a FIFO or a device is
+    refused as `read_limited` refuses it (NotRegularFile), and so is a symlink unless
+    `follow`; FileNotFoundError passes through."""
+    return os.fdopen(_open_readable(path, pipes=False, follow=follow), "rb")
 
 
-def _open_readable(path: Path, pipes: bool) -> int:
+def _open_readable(path: Path, pipes: bool, follow: bool = True) -> int:
     """A read-only fd on a regular file at `path` (or a FIFO, when `pipes`), opened without
     blocking so that a FIFO nobody writes to cannot hang the open."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise
     except OSError as exc:
@@ -270,7 +283,7 @@ def _open_readable(path: Path, pipes: bool) -> int:
         raise _unreadable(path, describe(exc)) from None
     if not (stat.S_ISREG(mode) or (pipes and stat.S_ISFIFO(mode))):
         os.close(fd)
-        raise _unreadable(path, f"is {file_kind(mode)}, not a regular file")
+        raise NotRegularFile(path, file_kind(mode))
     return fd
 
 

@@ -15,10 +15,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import stat
 from pathlib import Path
 
-from specchat.fileio import FileIOError, make_dirs
+from specchat.fileio import FileIOError, locked, make_dirs, open_regular
 from specchat.llm.ggml import default_threads
 from specchat.paths import cpu_share_dir
 
@@ -31,7 +30,7 @@ class CpuShare:
     def __init__(self, directory: Path | None = None, cores: int | None = None) -> None:
         self.directory = directory or cpu_share_dir()
         self.cores = cores or default_threads()
-        self._held: tuple[int, int] | None = None  # (slot, fd) while an answer runs
+        self._held: tuple[int, contextlib.ExitStack] | None = None  # while an answer runs
         self.broken = False
 
     def active(self) -> int:
@@ -58,27 +57,26 @@ class CpuShare:
             return
         try:
             make_dirs(self.directory)
-            for slot in range(SLOTS):
-                fd = os.open(self._path(slot), os.O_RDWR | os.O_CREAT, 0o600)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    os.close(fd)
-                    continue
-                self._held = (slot, fd)
-                return
-        except (OSError, FileIOError):
+        except FileIOError:
             self.broken = True
+            return
+        for slot in range(SLOTS):
+            hold = contextlib.ExitStack()
+            try:
+                if hold.enter_context(locked(self._path(slot), wait=False)):
+                    self._held = (slot, hold)
+                    return
+            except FileIOError:
+                pass  # a FIFO or a link under a slot's name is no slot: try the next one
+            hold.close()
 
     def release(self) -> None:
         if self._held is None:
             return
-        _, fd = self._held
+        _, hold = self._held
         self._held = None
         with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        with contextlib.suppress(OSError):
-            os.close(fd)
+            hold.close()  # closing the file drops the lock
 
     def _slot_files(self) -> list[str]:
         try:
@@ -91,21 +89,13 @@ class CpuShare:
         """Whether another process holds this slot file (a lock we can take is released at
         once)."""
         try:
-            # Without blocking: a FIFO under a slot's name would wait for a writer for ever.
-            fd = os.open(os.path.join(self.directory, name),
-                         os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return False  # never created: nobody has used it
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return False  # not a slot file: nobody's lock
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # A FIFO under a slot's name is refused, not waited on: it is nobody's lock.
+            with open_regular(self.directory / name) as f:  # closing drops a lock we took
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return True
-        except OSError:
-            return False
-        finally:
-            os.close(fd)  # closing drops a lock we just took
+        except (OSError, FileIOError):
+            return False  # never created (nobody has used it), or not a slot file
         return False
 
     def _path(self, slot: int) -> Path:

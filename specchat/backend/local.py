@@ -319,7 +319,7 @@ class Runtime(Backend):
             if options.spec is Spec.AUTO:
                 return options.with_values(spec=Spec.OFF)
             raise UsageError(f"{self.info.target_name} is a recurrent/hybrid model whose cache "
-                             "cannot be rolled back: speculation is off for it (use --spec off)")
+                             "cannot be cut back: speculation is off for it (use --spec off)")
         # An exact target computes verify rows like single steps only up to so many rows
         # (llm/exact.py): longer drafts could change what a greedy answer says. A sampled
         # answer has the target's distribution either way, so it keeps the cheaper batches.

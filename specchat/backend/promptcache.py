@@ -18,20 +18,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 import struct
 import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from specchat.engine.protocol import common_prefix
 from specchat.errors import SpecchatError
-from specchat.fileio import FileIOError, atomic_write, make_dirs
+from specchat.fileio import FileIOError, atomic_write, make_dirs, open_regular
 
 MAGIC = b"SPECCHAT-KV1"
 SUFFIX = ".kv"
@@ -133,11 +132,11 @@ class PromptCache:
     def _read_blob(self, entry: Entry) -> bytes | None:
         """The state blob, or None (and the file removed) if it fails its CRC."""
         try:
-            with _open_entry(entry.path) as f:
+            with open_regular(entry.path) as f:
                 f.seek(entry.data_offset)
                 data = f.read()
-        except OSError:
-            return None  # evicted by another process meanwhile: a miss
+        except (OSError, FileIOError):
+            return None  # evicted (or replaced by a FIFO) meanwhile: a miss
         n_ids = 4 * len(entry.tokens)
         if len(data) != n_ids + entry.blob_len or zlib.crc32(data) != entry.crc:
             _remove(entry.path)
@@ -223,7 +222,7 @@ def _read_header(path: Path, key: str) -> Entry | None:
     """The entry's header and token ids; None for another model's entry, a vanished file, or a
     damaged one (which is removed)."""
     try:
-        with _open_entry(path) as f:
+        with open_regular(path) as f:  # a FIFO under an entry's name is no entry
             size = os.fstat(f.fileno()).st_size
             head = f.read(len(MAGIC) + 4)
             if len(head) < len(MAGIC) + 4 or not head.startswith(MAGIC):
@@ -237,23 +236,13 @@ def _read_header(path: Path, key: str) -> Entry | None:
             if size != offset + 4 * n + int(meta["blob_len"]):
                 raise ValueError("truncated")
             ids = np.frombuffer(f.read(4 * n), dtype="<i4")
-    except OSError:
+    except (OSError, FileIOError):
         return None
     except (ValueError, KeyError, TypeError, struct.error):
         _remove(path)
         return None
     return Entry(path, tuple(int(t) for t in ids), offset, int(meta["blob_len"]),
                  int(meta["crc"]))
-
-
-def _open_entry(path: Path) -> BinaryIO:
-    """An entry opened for reading; OSError unless it is a regular file. Opened without
-    blocking: a FIFO under an entry's name would otherwise wait for a writer forever."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(f"{path} is not a regular file")
-    return os.fdopen(fd, "rb")
 
 
 def _touch(path: Path) -> None:

@@ -134,24 +134,25 @@ def load(path: Path, k: int, vocab: str) -> Found:
         mode = os.lstat(path).st_mode
         if not stat.S_ISREG(mode):
             return Found(None, f"is {fileio.file_kind(mode)}, not a segment file")
-        # O_NONBLOCK: a FIFO put here after the lstat still cannot block the open.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # Checked again on the open fd: a FIFO or a link put here after the lstat is refused.
+        f = fileio.open_regular(path, follow=False)
     except FileNotFoundError:
         return Found(None)
+    except fileio.NotRegularFile as exc:
+        return Found(None, f"is {exc.kind}, not a segment file")
+    except fileio.FileIOError as exc:
+        return Found(None, f"cannot be read now ({exc.reason})")
     except OSError as exc:
         return Found(None, f"cannot be read now ({fileio.describe(exc)})")
-    try:
-        mode, size = os.fstat(fd).st_mode, os.fstat(fd).st_size
-        if not stat.S_ISREG(mode):
-            return Found(None, f"is {fileio.file_kind(mode)}, not a segment file")
-        if size < 12:
-            return Found(None, "is not a drafting store segment")
-        data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError) as exc:
-        why = fileio.describe(exc) if isinstance(exc, OSError) else str(exc)
-        return Found(None, f"cannot be read now ({why})")
-    finally:
-        os.close(fd)
+    with f:
+        try:
+            size = os.fstat(f.fileno()).st_size
+            if size < 12:
+                return Found(None, "is not a drafting store segment")
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as exc:
+            why = fileio.describe(exc) if isinstance(exc, OSError) else str(exc)
+            return Found(None, f"cannot be read now ({why})")
     return _parse(data, len(data), k, vocab, path.stem)
 
 

@@ -44,8 +44,8 @@ def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
     params.n_threads = params.n_threads_batch = n_threads
     params.no_perf = True
     if hasattr(params, "swa_full"):
-        # Sliding-window models (Gemma 3) must keep every position, or a rollback could need
-        # cells the window already dropped.
+        # Sliding-window models (Gemma 3) must keep every position, or cutting the cache back
+        # after a rejected draft could need cells the window already dropped.
         params.swa_full = True
     ctx = create_interruptibly(lambda: llama_cpp.llama_init_from_model(model, params),
                                llama_cpp.llama_free)

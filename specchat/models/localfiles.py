@@ -8,13 +8,12 @@ bounded reader.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.errors import UsageError
-from specchat.fileio import describe, file_kind
+from specchat.fileio import FileIOError, NotRegularFile, describe, open_regular
 from specchat.llm.gguf import GGUF_MAGIC, gguf_parts
 
 # safetensors starts with an 8-byte header length, then the JSON header itself.
@@ -58,25 +57,21 @@ def check_model_file(root: Path, path: Path, what: str) -> tuple[Path, int]:
 
 def _check_one(path: Path, what: str) -> int:
     try:
-        # Non-blocking: opening a FIFO with no writer would otherwise wait forever.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with open_regular(path) as f:  # a FIFO nobody writes to is refused, not waited on
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(9)
+    except NotRegularFile as exc:
+        raise LocalSourceError(f"{what}: {path} is {exc.kind}, not a model file; specchat "
+                               f"reads only regular files") from None
+    except FileIOError as exc:
+        raise LocalSourceError(f"{what}: cannot read {path}: {exc.reason}") from None
     except OSError as exc:
         raise LocalSourceError(f"{what}: cannot read {path}: {describe(exc)}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise LocalSourceError(f"{what}: {path} is {file_kind(st.st_mode)}, not a model "
-                                   f"file; specchat reads only regular files")
-        head = os.pread(fd, 9, 0)
-    except OSError as exc:
-        raise LocalSourceError(f"{what}: cannot read {path}: {describe(exc)}") from None
-    finally:
-        os.close(fd)
     if head[:4] != GGUF_MAGIC:
         kind = " (it looks like safetensors)" if head[8:9] == _SAFETENSORS_JSON else ""
         raise LocalSourceError(f"{what}: {path} is not a GGUF file{kind}; specchat runs GGUF "
                                f"models only")
-    return st.st_size
+    return size
 
 
 def plain_name(part: str) -> bool:

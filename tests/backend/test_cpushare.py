@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from specchat.backend.cpushare import CpuShare
 from specchat.backend.local import Runtime
 from specchat.backend.threads import SHARE_EVERY, ThreadGovernor
@@ -126,3 +128,24 @@ def test_a_slot_that_is_a_fifo_does_not_block_counting(tmp_path: Path) -> None:
         os.close(os.open(tmp_path / "slot-0.lock", os.O_WRONLY | os.O_NONBLOCK))
         raise AssertionError("counting the slots blocked on a FIFO")
     assert got == [0]
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_link_or_a_fifo_under_a_slots_name_is_passed_over_not_locked(
+        tmp_path: Path, kind: str) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    share_dir = tmp_path / "cpu"
+    share_dir.mkdir()
+    if kind == "link":
+        (share_dir / "slot-0.lock").symlink_to(elsewhere)
+    else:
+        os.mkfifo(share_dir / "slot-0.lock")
+    share, other = CpuShare(share_dir, cores=2), CpuShare(share_dir, cores=2)
+    share.acquire()
+    try:
+        assert not share.broken and not elsewhere.exists()  # nothing created through a link
+        assert (share_dir / "slot-1.lock").is_file()  # the next slot is the one taken
+        assert other.active() == 1
+    finally:
+        share.release()
+    assert other.active() == 0

@@ -358,3 +358,17 @@ def test_history_store_names_a_fifo_and_a_garbage_segment_without_hanging(
     assert cleared.stderr.count("skipped") == 1  # one note per process, not per look
     assert not (root / VOCAB / f"0{SUFFIX}").exists()  # the user asked: regular files go
     assert stat.S_ISFIFO((root / VOCAB / f"x{SUFFIX}").lstat().st_mode)  # never ours
+
+
+def test_a_link_named_like_a_segment_is_never_followed(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    store(elsewhere).append([7, 8, 9], 1)
+    target = next((elsewhere / VOCAB).glob(f"*{SUFFIX}"))
+    s = store(tmp_path / "drafts")
+    s.append([1, 2, 3], 1)
+    link = tmp_path / "drafts" / VOCAB / f"x{SUFFIX}"
+    link.symlink_to(target)
+    found = storefile.load(link, KEY_LEN, VOCAB)
+    assert found.segment is None and not found.broken
+    assert records(store(tmp_path / "drafts")) == [[1, 2, 3]]
+    assert link.is_symlink() and target.exists()  # neither removed

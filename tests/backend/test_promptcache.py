@@ -297,3 +297,12 @@ def test_an_entry_that_is_a_fifo_is_a_miss_not_a_hang(tmp_path: Path) -> None:
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # let the reader go
         pytest.fail("the prompt cache blocked on a FIFO")
     assert got == [0]
+
+
+def test_a_folder_under_an_entrys_name_is_a_miss_and_kept(tmp_path: Path) -> None:
+    cache = PromptCache(tmp_path, min_new_tokens=10)
+    tokens = prompt(300, [41])
+    folder = tmp_path / pc.entry_name("model-a", tokens)
+    folder.mkdir()
+    assert cache.restore(StatefulFake(), tokens) == 0
+    assert folder.is_dir()  # not ours to remove

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +19,7 @@ from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.llm import load_model
 from specchat.settings.load import LoadSettings
 from tests.support.sourcetext import long_source_file, shared_text
-from tests.support.tmux import keys, wait_for
+from tests.support.tmux import Terminal
 
 pytestmark = pytest.mark.real
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,19 +89,19 @@ def test_ctrl_c_during_a_long_prefill_exits_130_with_one_line(
         real_model_path: Callable[[str], Path], tmp_path: Path) -> None:
     path = real_model_path("smollm2-135m")
     long_file = long_source_file(tmp_path / "long.txt")
-    name = f"specchat-prefill-{os.getpid()}"
-    cmd = (f"cd {ROOT} && SPECCHAT_HOME={tmp_path / 'home'} PYTHONPATH={ROOT} "
-           f"{sys.executable} -m specchat ask -m {path} --spec off --ctx 8192 "
-           f"'What is this?' < {long_file}; echo EXIT=$?; sleep 60")
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "150", "-y", "30", cmd],
-                   check=True)
+    term = Terminal(f"specchat-prefill-{os.getpid()}-{tmp_path.name}")
+    typed = (f"cd {ROOT} && {sys.executable} -m specchat ask -m {path} --spec off --ctx 8192 "
+             f"'What is this?' < {long_file}; echo EXIT=$?; sleep 60")
     try:
-        wait_for(name, "reading the prompt", timeout=180)
-        keys(name, "C-c")
-        screen = wait_for(name, "EXIT=", timeout=120)
+        term.start(typed, {**os.environ, "SPECCHAT_HOME": str(tmp_path / "home"),
+                           "PYTHONPATH": str(ROOT)}, width=150, height=30)
+        term.wait_for("reading the prompt", timeout=180)
+        term.keys("C-c")
+        screen = term.wait_for("EXIT=", timeout=120, count=2)  # the typed line holds one
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], check=False)
-    lines = [line for line in screen.splitlines() if line.strip()]
+        term.close()
+    shown = screen.split(typed, 1)[1]  # what the command printed, after the line typed
+    lines = [line for line in shown.splitlines() if line.strip()]
     assert lines == ["specchat: interrupted", "EXIT=130"], screen
     # Interrupted before its prefill was done: nothing saved.
     assert not list((tmp_path / "home").rglob("*.kv"))

@@ -22,7 +22,7 @@ from specchat.chat.chatlog import conversation_files, load_conversation
 from specchat.commands import chat as chat_cmd
 from tests.support import chat_fakes as f
 from tests.support.clirun import FakeStdin, run_cli
-from tests.support.tmux import keys, wait_for
+from tests.support.tmux import Terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -163,27 +163,27 @@ def test_terminal_session_under_tmux(tmp_path: Path) -> None:
     env = {"SPECCHAT_HOME": str(tmp_path), "CHAT_FAKE_DELAY": "0"}
     proc = _fake_cli(["chat", "-n", "10"], env, stdin=subprocess.PIPE)
     proc.communicate(b"earlier question", timeout=60)
-    name = f"specchat-test-{os.getpid()}"
-    cmd = (f"cd {ROOT} && SPECCHAT_HOME={tmp_path} CHAT_FAKE_DELAY=0.03 {sys.executable} -m "
-           f"tests.support.chat_fake_cli chat --continue -n 200; echo EXIT=$?; sleep 60")
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "120", "-y", "40", cmd],
-                   check=True)
+    term = Terminal(f"specchat-test-{os.getpid()}-{tmp_path.name}")
     try:
-        screen = wait_for(name, ">>> earlier question")
-        assert "/help for commands" in wait_for(name, "/help for commands")
-        keys(name, "hello there", "Enter")
+        term.start(f"cd {ROOT} && {sys.executable} -m tests.support.chat_fake_cli chat "
+                   "--continue -n 200; echo EXIT=$?",
+                   {**os.environ, "SPECCHAT_HOME": str(tmp_path), "CHAT_FAKE_DELAY": "0.03"},
+                   width=120, height=40)
+        term.wait_for(">>> earlier question")
+        assert "/help for commands" in term.wait_for("/help for commands")
+        term.keys("hello there", "Enter")
         time.sleep(1.0)
-        keys(name, "C-c")
-        screen = wait_for(name, "interrupted")
-        keys(name, "/stats", "Enter")
-        screen = wait_for(name, "answers      1 (1 interrupted)")
-        keys(name, "typed but abandoned", "C-c")  # clears the line only
-        keys(name, "C-c")
-        screen = wait_for(name, "EXIT=130")
+        term.keys("C-c")
+        term.wait_for("interrupted")
+        term.keys("/stats", "Enter")
+        term.wait_for("answers      1 (1 interrupted)")
+        term.keys("typed but abandoned", "C-c")  # clears the line only
+        term.keys("C-c")
+        screen = term.wait_for("EXIT=130")
         assert "error" not in screen  # leaving with Ctrl-C is not an error
         assert "Traceback" not in screen
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], check=False)
+        term.close()
     turns = load_conversation(_only_file(tmp_path)).turns
     assert [t.user for t in turns] == ["earlier question", "hello there"]
     assert turns[1].interrupted

@@ -218,3 +218,21 @@ def test_pulling_a_local_name_says_it_runs_in_place(trees: dict[str, Path],
     code, out, err = run_cli(["pull", "qwen2.5-0.5b", "ollama:qwen2.5:7b"], capsys)
     assert (code, out) == (2, "")
     assert "runs it in place (-m ollama:qwen2.5:7b), there is nothing to pull" in one_line(err)
+
+
+@pytest.mark.parametrize("kind", ["directory", "missing"])
+def test_a_blob_that_is_a_folder_or_missing_is_refused_in_one_line(
+        trees: dict[str, Path], capsys: pytest.CaptureFixture[str], kind: str) -> None:
+    manifest = ollama_model(trees["ollama"], "gone", "latest", None)
+    digest = json.loads(manifest.read_text())["layers"][1]["digest"].split(":")[1]
+    (trees["ollama"] / "blobs").mkdir()
+    if kind == "directory":
+        (trees["ollama"] / "blobs" / f"sha256-{digest}").mkdir()
+    code, err = ask("ollama:gone", capsys)
+    assert code == 2
+    line = one_line(err)
+    assert "ollama model gone:latest" in line
+    if kind == "directory":
+        assert "is a directory, not a model file" in line
+    else:
+        assert f"cannot read {trees['ollama'] / 'blobs'}" in line and "no such file" in line
