@@ -125,9 +125,6 @@ class CostTable:
         for i in range(1, len(s)) if changed is None else (changed - 1,):
             s[i] = max(s[i], 1.0)
 
-    def ratios(self) -> list[float]:
-        return list(self.shape)
-
 
 @dataclass
 class AcceptanceModel:
@@ -250,12 +247,15 @@ class Choice:
     expected_speedup: float  # E(k)/T(k) over a plain step's 1/T(0)
 
 
+PLAIN = Choice(None, 0, 1.0)
+
+
 def choose(costs: CostTable, candidates: Sequence[Candidate],
            models: Callable[[Hashable], AcceptanceModel], *, optimism: float = 1.0) -> Choice:
     """Pick the drafter and k maximising expected tokens per second; k=0 unless it pays."""
     plain_seconds = costs.cost(1)
     plain = 1.0 / plain_seconds
-    best = Choice(None, 0, 1.0)
+    best = PLAIN
     for cand in candidates:
         expected = models(cand.key).expected_curve(cand.max_k, optimism)
         missed = cand.miss * (plain_seconds + cand.miss_seconds)
@@ -266,20 +266,6 @@ def choose(costs: CostTable, candidates: Sequence[Candidate],
             if gain > best.expected_speedup:
                 best = Choice(cand.drafter, k, gain)
     if best.drafter is not None and best.expected_speedup < 1.0 + MARGIN:
-        return Choice(None, 0, 1.0)
+        return PLAIN
     return best
 
-
-def match_bucket(match_len: int) -> int:
-    """Prompt-lookup acceptance depends on how long the match is: bucket it."""
-    for bucket, upper in enumerate((3, 5, 8, 16)):
-        if match_len < upper:
-            return bucket
-    return 4
-
-
-# By match_bucket, then one for matches whose n-gram had different continuations before.
-NGRAM_PRIORS = (0.35, 0.5, 0.6, 0.7, 0.8, 0.15)  # refined by what is observed
-NGRAM_LATER_PRIORS = (0.35, 0.5, 0.6, 0.7, 0.8, 0.5)
-AMBIGUOUS = 5
-DRAFT_MODEL_PRIOR = 0.7
