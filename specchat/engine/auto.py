@@ -144,13 +144,10 @@ class AutoState:
         steps: then the draft model is never prepared, so its prefill is not paid either."""
         if self.draft_costs is None:
             return False
-        step = self.draft_costs.cost(1)
-        plain = 1.0 / self.target_costs.cost(1)
-        for k in range(1, k_max + 1):
-            tokens = sum(BEST_DRAFT_ACCEPTANCE ** i for i in range(k + 1))
-            if tokens / (self.target_costs.cost(k + 1) + k * step) > plain * 1.02:
-                return True
-        return False
+        step, target = self.draft_costs.cost(1), self.target_costs
+        return any(sum(BEST_DRAFT_ACCEPTANCE ** i for i in range(k + 1))
+                   / (target.cost(k + 1) + k * step) > 1.0 / target.cost(1) * 1.02
+                   for k in range(1, k_max + 1))
 
     def explain(self) -> dict[str, Any]:
         """Why auto drafts what it drafts: for /stats and --json."""

@@ -60,8 +60,10 @@ class CostTable:
     def __post_init__(self) -> None:
         first = self.seconds_at_start[0]
         self.scale = self.reference = first
-        self.shape = [s / first for s in self.seconds_at_start]
-        self._keep_sane()
+        # Not monotone: on CPUs a batch of 16 can cost less than one of 15 (the matrix
+        # kernels work in blocks of 4 and 8 rows), and auto should see that. Only a batch
+        # cheaper than one plain step is impossible.
+        self.shape = [1.0, *(max(s / first, 1.0) for s in self.seconds_at_start[1:])]
 
     @classmethod
     def from_ratios(cls, step_seconds: float, ratios: Sequence[float]) -> CostTable:
@@ -102,8 +104,7 @@ class CostTable:
                 # Clipped: one step the scheduler interrupted must not reshape the table.
                 old = self.shape[n - 1]
                 seen = min(max(seconds / self.scale, old / SHAPE_CLIP), old * SHAPE_CLIP)
-                self.shape[n - 1] = old + SHAPE_WEIGHT * (seen - old)
-                self._keep_sane(n)
+                self.shape[n - 1] = max(old + SHAPE_WEIGHT * (seen - old), 1.0)
         self._check_drift()
 
     def _check_drift(self) -> None:
@@ -115,15 +116,6 @@ class CostTable:
         if drift > DRIFT_LIMIT or drift * DRIFT_LIMIT < 1.0:
             self.rescaled += 1
             self.reference = self.scale
-
-    def _keep_sane(self, changed: int | None = None) -> None:
-        # Not monotone: on CPUs a batch of 16 can cost less than one of 15 (the matrix
-        # kernels work in blocks of 4 and 8 rows), and auto should see that. Only a batch
-        # cheaper than one plain step is impossible.
-        s = self.shape
-        s[0] = 1.0
-        for i in range(1, len(s)) if changed is None else (changed - 1,):
-            s[i] = max(s[i], 1.0)
 
 
 @dataclass

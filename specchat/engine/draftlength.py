@@ -18,8 +18,6 @@ from dataclasses import dataclass
 
 TRUST = 0.5  # how far CatchUp trusts its pay-back prediction (learning-augmented ski rental)
 
-Rate = Callable[[float], float]  # P(accepted | the draft's confidence), all before accepted
-
 
 @dataclass
 class DraftLength:
@@ -31,7 +29,7 @@ class DraftLength:
     length would, and the tokens kept are the count worth most, not the first that is not.
     """
 
-    rate: Rate
+    rate: Callable[[float], float]  # P(accepted | the draft's confidence), all before accepted
     step_seconds: float  # one more draft step
     verify: Callable[[int], float]  # seconds of a verify batch of n tokens
     token_seconds: float  # what one accepted token is worth: its time otherwise
