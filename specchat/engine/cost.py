@@ -86,8 +86,7 @@ class CostTable:
 
     def costs(self, n: int) -> list[float]:
         """cost(1) .. cost(n) in one call."""
-        shape, scale = self.shape, self.scale
-        head = [scale * r for r in shape[:n]]
+        head = [self.scale * r for r in self.shape[:n]]
         return head + [self.cost(i) for i in range(len(head) + 1, n + 1)]
 
     def observe(self, n: int, seconds: float) -> None:
@@ -105,17 +104,13 @@ class CostTable:
                 old = self.shape[n - 1]
                 seen = min(max(seconds / self.scale, old / SHAPE_CLIP), old * SHAPE_CLIP)
                 self.shape[n - 1] = max(old + SHAPE_WEIGHT * (seen - old), 1.0)
-        self._check_drift()
-
-    def _check_drift(self) -> None:
         self.since_check += 1
-        if self.since_check < DRIFT_WINDOW:
-            return
-        self.since_check = 0
-        drift = self.scale / self.reference
-        if drift > DRIFT_LIMIT or drift * DRIFT_LIMIT < 1.0:
-            self.rescaled += 1
-            self.reference = self.scale
+        if self.since_check >= DRIFT_WINDOW:
+            self.since_check = 0
+            drift = self.scale / self.reference
+            if drift > DRIFT_LIMIT or drift * DRIFT_LIMIT < 1.0:
+                self.rescaled += 1
+                self.reference = self.scale
 
 
 @dataclass
