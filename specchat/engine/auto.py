@@ -56,6 +56,7 @@ from specchat.engine.storedraft import StoreDrafter
 from specchat.engine.textdraft import TextDrafter
 from specchat.engine.tree import TreeDraft
 
+# auto's tuned constants; the priors its acceptance estimates start from are in autokeys.py.
 # Ratios of a CPU verify batch to one step (docs/costs.md, Qwen 1.5B on 2 cores): a cautious
 # starting point when nothing was measured; real runs calibrate at load.
 CPU_RATIOS = (1.0, 1.74, 2.39, 3.12, 3.58, 3.80, 4.8, 5.88, 6.0, 6.2, 6.4, 6.6, 6.8, 6.9,
