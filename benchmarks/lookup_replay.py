@@ -37,9 +37,10 @@ from specchat.bench.replay import Setup, run_answer
 from specchat.bench.standins import PricedClock, Renumbered, StandIn, TablePrices
 from specchat.commands.benchreplay import BUILTIN_RECORDINGS, load_recording
 from specchat.engine.auto import AutoState
+from specchat.engine.autokeys import match_bucket
 from specchat.engine.build import Hooks, make_policy
 from specchat.engine.contextindex import ContextIndex
-from specchat.engine.cost import CostTable, match_bucket
+from specchat.engine.cost import CostTable
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.policy import DraftPolicy

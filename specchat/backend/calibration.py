@@ -333,7 +333,7 @@ def calibration_rows(target: CostTable, draft: CostTable | None,
     """One row per draft length k: what verifying k+1 costs here, the ceiling a free drafter
     with perfect acceptance could reach, and the acceptance a draft model needs to break even."""
     rows: list[dict[str, float | int | None]] = []
-    ratios = target.ratios()
+    ratios = target.shape
     for k in range(max_k + 1):
         n = k + 1
         ratio = ratios[n - 1] if n <= len(ratios) else target.cost(n) / target.cost(1)

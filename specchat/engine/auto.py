@@ -9,6 +9,7 @@ what the last one taught. Exactness does not depend on any of this.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -17,28 +18,28 @@ from typing import Any
 import numpy as np
 
 from specchat.engine.autokeys import (
+    AMBIGUOUS,
+    CONFIDENCE,
     LAST_FAILED,
     LAST_FULL,
     NO_DRAFT_YET,
-    ConfidenceKey,
-    DraftKey,
     Key,
-    NgramKey,
-    StoreKey,
+    confidence_bucket,
     counts_of,
-    json_of,
     key_of,
+    match_bucket,
+    name_of,
     parse_key,
+    prior_of,
 )
 from specchat.engine.cost import (
-    AMBIGUOUS,
+    PLAIN,
     AcceptanceModel,
     Candidate,
     Choice,
     CostTable,
     Shadow,
     choose,
-    match_bucket,
 )
 from specchat.engine.drafters import (
     DRAFT,
@@ -49,18 +50,13 @@ from specchat.engine.drafters import (
     DraftModelDrafter,
     PromptLookupDrafter,
 )
-from specchat.engine.draftlength import (
-    CONFIDENCE,
-    CatchUp,
-    DraftLength,
-    confidence_bucket,
-    longest_useful,
-)
+from specchat.engine.draftlength import CatchUp, DraftLength, longest_useful
 from specchat.engine.policy import DraftPolicy, Step
 from specchat.engine.storedraft import StoreDrafter
 from specchat.engine.textdraft import TextDrafter
 from specchat.engine.tree import TreeDraft
 
+# auto's tuned constants; the priors its acceptance estimates start from are in autokeys.py.
 # Ratios of a CPU verify batch to one step (docs/costs.md, Qwen 1.5B on 2 cores): a cautious
 # starting point when nothing was measured; real runs calibrate at load.
 CPU_RATIOS = (1.0, 1.74, 2.39, 3.12, 3.58, 3.80, 4.8, 5.88, 6.0, 6.2, 6.4, 6.6, 6.8, 6.9,
@@ -104,20 +100,20 @@ class AutoState:
     # Tokens an answer is expected to have (learnt across answers), and the one under way's.
     answer_tokens: float = 64.0
     tokens_this_answer: int = 0
-    last: Choice = field(default_factory=lambda: Choice(None, 0, 1.0))
+    last: Choice = PLAIN
 
     def model(self, key: Hashable) -> AcceptanceModel:
-        """The estimate kept under `key` (a plain tuple of its values will do)."""
+        """The estimate kept under `key` (autokeys.py), from its prior the first time."""
         found = self.models.get(key)  # type: ignore[call-overload]
         if found is None:
-            typed = key_of(key)
-            if typed is None:
+            valid = key_of(key)
+            if valid is None:
                 raise KeyError(f"not an acceptance key: {key!r}")
-            found = self.models[typed] = typed.prior()
+            found = self.models[valid] = prior_of(valid)
         return found
 
     def confidence(self, p: float) -> AcceptanceModel:
-        return self.model(ConfidenceKey(CONFIDENCE, confidence_bucket(p)))
+        return self.model((CONFIDENCE, confidence_bucket(p)))
 
     def new_answer(self) -> None:
         # A new prompt may copy much less (or more) than the last: weigh the past less.
@@ -130,23 +126,18 @@ class AutoState:
     def export_acceptance(self) -> dict[str, dict[str, list[float]]]:
         """The acceptance counts learnt so far, JSON-ready, for the next process to start
         from (one `ask` per prompt would otherwise always start from the priors)."""
-        return {json_of(key): {"hits": list(m.hits), "trials": list(m.trials)}
+        return {json.dumps(list(key)): {"hits": list(m.hits), "trials": list(m.trials)}
                 for key, m in self.models.items()}
 
     def import_acceptance(self, data: object) -> int:
         """Takes the counts an earlier process exported, skipping malformed ones; how many."""
-        if not isinstance(data, dict):
-            return 0
         taken = 0
-        for name, counts in data.items():
-            key = parse_key(name)
-            hits, trials = counts_of(counts, "hits"), counts_of(counts, "trials")
-            if key is None or hits is None or trials is None or any(
-                    h > t + 1e-9 for h, t in zip(hits, trials, strict=True)):
-                continue
-            model = self.model(key)
-            model.hits, model.trials = hits, trials
-            taken += 1
+        for name, saved in data.items() if isinstance(data, dict) else ():
+            key, counts = parse_key(name), counts_of(saved)
+            if key is not None and counts is not None:
+                model = self.model(key)
+                model.hits, model.trials = counts
+                taken += 1
         return taken
 
     def draft_model_can_pay(self, k_max: int) -> bool:
@@ -154,27 +145,23 @@ class AutoState:
         steps: then the draft model is never prepared, so its prefill is not paid either."""
         if self.draft_costs is None:
             return False
-        step = self.draft_costs.cost(1)
-        plain = 1.0 / self.target_costs.cost(1)
-        for k in range(1, k_max + 1):
-            tokens = sum(BEST_DRAFT_ACCEPTANCE ** i for i in range(k + 1))
-            if tokens / (self.target_costs.cost(k + 1) + k * step) > plain * 1.02:
-                return True
-        return False
+        step, target = self.draft_costs.cost(1), self.target_costs
+        return any(sum(BEST_DRAFT_ACCEPTANCE ** i for i in range(k + 1))
+                   / (target.cost(k + 1) + k * step) > 1.0 / target.cost(1) * 1.02
+                   for k in range(1, k_max + 1))
 
     def explain(self) -> dict[str, Any]:
         """Why auto drafts what it drafts: for /stats and --json."""
-        named = sorted(self.models.items(), key=lambda kv: kv[0].name())
+        named = sorted((name_of(key), key[0], m) for key, m in self.models.items())
         rates = {  # a confidence bucket has one rate: every token is judged on its own
-            key.name(): [round(m.rate(i), 3)
-                         for i in range(1, 2 if isinstance(key, ConfidenceKey) else 5)]
-            for key, m in named if not isinstance(key, StoreKey)
+            name: [round(m.rate(i), 3) for i in range(1, 2 if kind == CONFIDENCE else 5)]
+            for name, kind, m in named if kind != STORE
         }
         # One conditional rate per kind of store candidate, for the kinds seen so far.
-        store = {key.name(): round(m.rate(1), 3) for key, m in named
-                 if isinstance(key, StoreKey) and m.trials[0] > 0}
+        store = {name: round(m.rate(1), 3) for name, kind, m in named
+                 if kind == STORE and m.trials[0] > 0}
         return {
-            "verify_cost_ratios": [round(r, 2) for r in self.target_costs.ratios()],
+            "verify_cost_ratios": [round(r, 2) for r in self.target_costs.shape],
             "step_seconds": self.target_costs.cost(1),
             "draft_step_ratio": (self.draft_costs.cost(1) / self.target_costs.cost(1)
                                  if self.draft_costs else None),
@@ -230,13 +217,14 @@ class AutoPolicy(DraftPolicy):
         choice = choose(self.state.target_costs, candidates, self.state.model,
                         optimism=OPTIMISM)
         stored = EMPTY_DRAFT if self.store is None else self.store.propose(context, limit, rng)
-        if stored.expected_speedup is not None and \
-                stored.expected_speedup > choice.expected_speedup:
-            choice = Choice(STORE, len(stored.tokens), stored.expected_speedup)
+        speedup = stored.expected_speedup or 0.0  # None: no draft worth weighing
+        if speedup > choice.expected_speedup:
+            choice = Choice(STORE, len(stored.tokens), speedup)
         if cold is not None:
-            self._catch_up.rent(self._saving(cold, choice))
+            explore = self.state.decisions[DRAFT] < EXPLORE_TRIALS
+            self._catch_up.rent(self._saving(cold, choice, OPTIMISM if explore else 0.0))
         self.state.last = choice
-        self.state.decisions[f"{choice.drafter or 'plain'}"] += 1
+        self.state.decisions[choice.drafter or "plain"] += 1
         self._key = next((c.key for c in candidates if c.drafter == choice.drafter), None)
         self._drafter = choice.drafter
         if choice.drafter != NGRAM and avail and len(self._shadows) < MAX_SHADOWS:
@@ -260,16 +248,21 @@ class AutoPolicy(DraftPolicy):
             self.draft.reset(context)
 
     def observe(self, step: Step) -> None:
-        drafted, accepted = step.drafted, step.accepted
-        self.state.tokens_this_answer += accepted + 1
+        drafted, accepted, state = step.drafted, step.accepted, self.state
+        state.tokens_this_answer += accepted + 1
         if self._drafter == DRAFT:
-            self._observe_trim(drafted)
+            # A draft-model step whose trim kept nothing was a plain step that also paid for
+            # its draft steps: how often that happens, and how many it took, price the next
+            # choice of the draft model.
+            state.draft_kept.observe(1, int(drafted > 0))
+            if not drafted:
+                state.trim_steps += TRIM_STEPS_WEIGHT * (self._draft_steps - state.trim_steps)
         if self._key is not None and drafted:
-            self.state.model(self._key).observe(drafted, accepted)
+            state.model(self._key).observe(drafted, accepted)
             self._last[self._drafter or NGRAM] = (LAST_FULL if accepted >= drafted
                                                     else LAST_FAILED)
             for n, confidence in enumerate(self._confidence[: min(accepted + 1, drafted)]):
-                self.state.confidence(confidence).observe(1, int(n < accepted))
+                state.confidence(confidence).observe(1, int(n < accepted))
         elif drafted:  # from the store, which learns from what is committed instead
             # Its drafts include this context's own lookups: their streak is the lookup's.
             self._last[NGRAM] = LAST_FULL if accepted >= self._store_depth else LAST_FAILED
@@ -279,15 +272,6 @@ class AutoPolicy(DraftPolicy):
             self._last = dict.fromkeys(self._last, NO_DRAFT_YET)
         self._key = None
         self._confidence = []
-
-    def _observe_trim(self, drafted: int) -> None:
-        """A draft-model step whose trim kept nothing was a plain step that also paid for
-        its draft steps: how often that happens, and how many it took, price the next choice
-        of the draft model."""
-        self.state.draft_kept.observe(1, int(drafted > 0))
-        if not drafted:
-            state = self.state
-            state.trim_steps += TRIM_STEPS_WEIGHT * (self._draft_steps - state.trim_steps)
 
     def _resolve_shadows(self, context: Sequence[int]) -> None:
         """Score the lookups auto did not draft against what the target then wrote
@@ -307,30 +291,26 @@ class AutoPolicy(DraftPolicy):
     def _draft_model(self, context: Sequence[int], choice: Choice, limit: int,
                      rng: np.random.Generator) -> Draft:
         """As far as the draft's confidence says pays, then the tokens worth verifying."""
-        assert self.draft is not None and self.state.draft_costs is not None
-        target = self.state.target_costs
-        step = self.state.draft_costs.cost(1) * self._evals_per_token()
+        state = self.state
+        assert self.draft is not None and state.draft_costs is not None
+        target = state.target_costs
+        step = state.draft_costs.cost(1) * self._evals_per_token()
         k = max(choice.k, longest_useful(target.cost, step, limit))
-        rule = DraftLength(lambda p: self.state.confidence(p).rate(1),
-                           step, target.cost,
+        rule = DraftLength(lambda p: state.confidence(p).rate(1), step, target.cost,
                            target.cost(1) / max(choice.expected_speedup, 1.0), k)
         scored = self.draft.scored(context, k, rng, rule.stop)
-        draft = scored.draft
+        draft, proposed = scored.draft, len(scored.draft.tokens)
         self._draft_steps = scored.evals
-        if isinstance(self.draft, TextDrafter):
-            self._learn_evals(scored.evals, len(draft.tokens))
-        kept = rule.keep(scored.confidence[: len(draft.tokens)])
+        if isinstance(self.draft, TextDrafter) and proposed:
+            weight = min(1.0, TEXT_EVALS_WEIGHT * proposed)
+            state.text_evals_per_token += weight * (scored.evals / proposed
+                                                    - state.text_evals_per_token)
+        kept = rule.keep(scored.confidence[:proposed])
         self._confidence = list(scored.confidence[:kept])
         return draft.cut(kept)
 
     def _evals_per_token(self) -> float:
         return self.state.text_evals_per_token if isinstance(self.draft, TextDrafter) else 1.0
-
-    def _learn_evals(self, evals: int, proposed: int) -> None:
-        if proposed:
-            state = self.state
-            weight = min(1.0, TEXT_EVALS_WEIGHT * proposed)
-            state.text_evals_per_token += weight * (evals / proposed - state.text_evals_per_token)
 
     # --- choosing ----------------------------------------------------------------------------
     def _candidates(self, context: Sequence[int], k: int, avail: Sequence[int],
@@ -340,9 +320,9 @@ class AutoPolicy(DraftPolicy):
         warm (only for the rent it would have saved) until its catch-up is paid for."""
         out: list[Candidate] = []
         if avail:
-            out.append(Candidate(NGRAM, NgramKey(NGRAM, bucket, self._last[NGRAM]),
-                                 len(avail), lambda _k: 0.0))
-        if (self.draft is None or self.state.draft_costs is None or self.draft.blind):
+            out.append(Candidate(NGRAM, (NGRAM, bucket, self._last[NGRAM]), len(avail),
+                                 lambda _k: 0.0))
+        if self.draft is None or self.state.draft_costs is None or self.draft.blind:
             return out, None
         costs = self.state.draft_costs
         gap = max(1, self.draft.lag(context) + 1)
@@ -350,12 +330,12 @@ class AutoPolicy(DraftPolicy):
         catch_up = costs.cost(1 if cold else gap)  # a paid-for catch-up is spent already
         trimmed = catch_up + max(self.state.trim_steps - 1.0, 0.0) * costs.cost(1)
         evals = self._evals_per_token()  # the first eval is the catch-up's
-        draft = Candidate(DRAFT, DraftKey(DRAFT, self._last[DRAFT]), k,
+        draft = Candidate(DRAFT, (DRAFT, self._last[DRAFT]), k,
                           lambda kk: catch_up + (kk * evals - 1.0) * costs.cost(1),
                           miss=1.0 - self.state.draft_kept.rate(1), miss_seconds=trimmed)
         price = costs.cost(gap) - costs.cost(1)
         left = max(self.state.answer_tokens - self.state.tokens_this_answer, 0.0)
-        if cold and not (self._catch_up.paid(price) and self._catch_up.pays_back(price, left)):
+        if cold and not self._catch_up.buys(price, left):
             return out, draft
         return [*out, draft], None
 
@@ -373,19 +353,15 @@ class AutoPolicy(DraftPolicy):
             return True
         # Priced as a warm draft model is chosen in propose(): would it be, and save what?
         _, warm = self._candidates(context, self.k_max, (), 0, renting=True)
-        best = choose(self.state.target_costs, [] if warm is None else [warm],
-                      self.state.model, optimism=OPTIMISM)
-        saving = self.state.target_costs.cost(1) * (1.0 - 1.0 / best.expected_speedup)
-        return saving * self.state.answer_tokens < price
+        return self._saving(warm, PLAIN, OPTIMISM) * self.state.answer_tokens < price
 
-    def _saving(self, warm: Candidate, choice: Choice) -> float:
-        """Seconds a warm draft model would have saved this step over `choice`."""
-        # Benefit of the doubt only while the draft model has hardly been tried: without it
-        # a draft model that looks marginal would never be tried at all.
-        tried = self.state.decisions[DRAFT]
-        best = choose(self.state.target_costs, [warm], self.state.model,
-                      optimism=OPTIMISM if tried < EXPLORE_TRIALS else 0.0)
-        if best.drafter is None or best.expected_speedup <= choice.expected_speedup:
+    def _saving(self, warm: Candidate | None, choice: Choice, optimism: float) -> float:
+        """Seconds a warm draft model would have saved this step over `choice`. Within a
+        step, `optimism` only while the draft model has hardly been tried (EXPLORE_TRIALS):
+        without it a draft model that looks marginal would never be tried at all."""
+        best = choose(self.state.target_costs, [] if warm is None else [warm],
+                      self.state.model, optimism=optimism)
+        if best.expected_speedup <= choice.expected_speedup:
             return 0.0
         # What this step's tokens would have cost at the warm rate: a rented step makes the
         # choice's tokens (one, for a plain step), not a warm draft step's several.

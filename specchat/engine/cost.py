@@ -60,8 +60,10 @@ class CostTable:
     def __post_init__(self) -> None:
         first = self.seconds_at_start[0]
         self.scale = self.reference = first
-        self.shape = [s / first for s in self.seconds_at_start]
-        self._keep_sane()
+        # Not monotone: on CPUs a batch of 16 can cost less than one of 15 (the matrix
+        # kernels work in blocks of 4 and 8 rows), and auto should see that. Only a batch
+        # cheaper than one plain step is impossible.
+        self.shape = [1.0, *(max(s / first, 1.0) for s in self.seconds_at_start[1:])]
 
     @classmethod
     def from_ratios(cls, step_seconds: float, ratios: Sequence[float]) -> CostTable:
@@ -84,8 +86,7 @@ class CostTable:
 
     def costs(self, n: int) -> list[float]:
         """cost(1) .. cost(n) in one call."""
-        shape, scale = self.shape, self.scale
-        head = [scale * r for r in shape[:n]]
+        head = [self.scale * r for r in self.shape[:n]]
         return head + [self.cost(i) for i in range(len(head) + 1, n + 1)]
 
     def observe(self, n: int, seconds: float) -> None:
@@ -102,31 +103,14 @@ class CostTable:
                 # Clipped: one step the scheduler interrupted must not reshape the table.
                 old = self.shape[n - 1]
                 seen = min(max(seconds / self.scale, old / SHAPE_CLIP), old * SHAPE_CLIP)
-                self.shape[n - 1] = old + SHAPE_WEIGHT * (seen - old)
-                self._keep_sane(n)
-        self._check_drift()
-
-    def _check_drift(self) -> None:
+                self.shape[n - 1] = max(old + SHAPE_WEIGHT * (seen - old), 1.0)
         self.since_check += 1
-        if self.since_check < DRIFT_WINDOW:
-            return
-        self.since_check = 0
-        drift = self.scale / self.reference
-        if drift > DRIFT_LIMIT or drift * DRIFT_LIMIT < 1.0:
-            self.rescaled += 1
-            self.reference = self.scale
-
-    def _keep_sane(self, changed: int | None = None) -> None:
-        # Not monotone: on CPUs a batch of 16 can cost less than one of 15 (the matrix
-        # kernels work in blocks of 4 and 8 rows), and auto should see that. Only a batch
-        # cheaper than one plain step is impossible.
-        s = self.shape
-        s[0] = 1.0
-        for i in range(1, len(s)) if changed is None else (changed - 1,):
-            s[i] = max(s[i], 1.0)
-
-    def ratios(self) -> list[float]:
-        return list(self.shape)
+        if self.since_check >= DRIFT_WINDOW:
+            self.since_check = 0
+            drift = self.scale / self.reference
+            if drift > DRIFT_LIMIT or drift * DRIFT_LIMIT < 1.0:
+                self.rescaled += 1
+                self.reference = self.scale
 
 
 @dataclass
@@ -250,12 +234,15 @@ class Choice:
     expected_speedup: float  # E(k)/T(k) over a plain step's 1/T(0)
 
 
+PLAIN = Choice(None, 0, 1.0)
+
+
 def choose(costs: CostTable, candidates: Sequence[Candidate],
            models: Callable[[Hashable], AcceptanceModel], *, optimism: float = 1.0) -> Choice:
     """Pick the drafter and k maximising expected tokens per second; k=0 unless it pays."""
     plain_seconds = costs.cost(1)
     plain = 1.0 / plain_seconds
-    best = Choice(None, 0, 1.0)
+    best = PLAIN
     for cand in candidates:
         expected = models(cand.key).expected_curve(cand.max_k, optimism)
         missed = cand.miss * (plain_seconds + cand.miss_seconds)
@@ -266,20 +253,6 @@ def choose(costs: CostTable, candidates: Sequence[Candidate],
             if gain > best.expected_speedup:
                 best = Choice(cand.drafter, k, gain)
     if best.drafter is not None and best.expected_speedup < 1.0 + MARGIN:
-        return Choice(None, 0, 1.0)
+        return PLAIN
     return best
 
-
-def match_bucket(match_len: int) -> int:
-    """Prompt-lookup acceptance depends on how long the match is: bucket it."""
-    for bucket, upper in enumerate((3, 5, 8, 16)):
-        if match_len < upper:
-            return bucket
-    return 4
-
-
-# By match_bucket, then one for matches whose n-gram had different continuations before.
-NGRAM_PRIORS = (0.35, 0.5, 0.6, 0.7, 0.8, 0.15)  # refined by what is observed
-NGRAM_LATER_PRIORS = (0.35, 0.5, 0.6, 0.7, 0.8, 0.5)
-AMBIGUOUS = 5
-DRAFT_MODEL_PRIOR = 0.7

@@ -8,7 +8,7 @@ How far to draft: the draft's probability of each token predicts whether the tar
 far better than an average over earlier drafts (docs/gpu.md). A token is drafted while it is
 expected to pay for its draft step and verify row, and only the tokens worth their rows are
 kept (none: a plain step). P(accepted | confidence) is learnt per confidence bucket
-(autokeys.ConfidenceKey).
+(autokeys.py).
 """
 
 from __future__ import annotations
@@ -16,23 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-# Upper edges of the confidence buckets (the last bucket runs to 1), and each one's prior:
-# a calibrated draft's acceptance would be about the bucket's middle.
-CONFIDENCE_EDGES = (0.3, 0.5, 0.7, 0.85, 0.95, 0.99)
-CONFIDENCE_PRIORS = (0.15, 0.4, 0.6, 0.77, 0.9, 0.97, 0.995)
-CONFIDENCE = "confidence"
-
-
-def confidence_bucket(p: float) -> int:
-    for bucket, edge in enumerate(CONFIDENCE_EDGES):
-        if p < edge:
-            return bucket
-    return len(CONFIDENCE_EDGES)
-
-
 TRUST = 0.5  # how far CatchUp trusts its pay-back prediction (learning-augmented ski rental)
-
-Rate = Callable[[float], float]  # P(accepted | the draft's confidence), all before accepted
 
 
 @dataclass
@@ -45,7 +29,7 @@ class DraftLength:
     length would, and the tokens kept are the count worth most, not the first that is not.
     """
 
-    rate: Rate
+    rate: Callable[[float], float]  # P(accepted | the draft's confidence), all before accepted
     step_seconds: float  # one more draft step
     verify: Callable[[int], float]  # seconds of a verify batch of n tokens
     token_seconds: float  # what one accepted token is worth: its time otherwise
@@ -101,14 +85,11 @@ class CatchUp:
         self.missed += max(seconds, 0.0)
         self.steps += 1
 
-    def pays_back(self, catch_up_seconds: float, steps_left: float) -> bool:
-        """Whether the steps the answer is expected to have left, saving what the steps so
-        far would have, pay for catching up."""
-        return self.missed / max(self.steps, 1) * steps_left >= catch_up_seconds
-
-    def paid(self, catch_up_seconds: float) -> bool:
-        """Whether enough rent is paid to buy, given that `pays_back` already predicts the
-        catch-up will be won back: then half the price is enough (ski rental with a
-        prediction trusted at TRUST: where the prediction holds, at most 1 + TRUST times
-        the better of buying at once and never buying)."""
-        return self.missed >= TRUST * catch_up_seconds
+    def buys(self, catch_up_seconds: float, steps_left: float) -> bool:
+        """Whether to catch up now: the steps the answer is expected to have left, saving
+        what the steps so far would have, pay for it (the prediction), and the rent paid is
+        TRUST of its price (ski rental with a prediction trusted at TRUST: where the
+        prediction holds, at most 1 + TRUST times the better of buying at once and never
+        buying)."""
+        return self.missed >= TRUST * catch_up_seconds and \
+            self.missed / max(self.steps, 1) * steps_left >= catch_up_seconds

@@ -56,7 +56,8 @@ def test_a_drifted_table_is_written_back_to_the_cache(tmp_path: Path) -> None:
 
 
 def test_learnt_acceptance_survives_a_restart_through_the_cache(tmp_path: Path) -> None:
-    from specchat.engine.auto import LAST_FULL, AutoState
+    from specchat.engine.auto import AutoState
+    from specchat.engine.autokeys import LAST_FULL
 
     state = AutoState()
     key = ("ngram", 4, LAST_FULL)

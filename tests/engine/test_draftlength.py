@@ -15,9 +15,10 @@ import pytest
 from specchat.bench.profiles import CostProfile
 from specchat.engine import auto as auto_module
 from specchat.engine.auto import AutoPolicy, AutoState
+from specchat.engine.autokeys import confidence_bucket
 from specchat.engine.build import Hooks, generate
 from specchat.engine.drafters import Draft, DraftModelDrafter
-from specchat.engine.draftlength import DraftLength, confidence_bucket, longest_useful
+from specchat.engine.draftlength import DraftLength, longest_useful
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, SamplingOptions
 from specchat.engine.sampling import probs, recent_window, top_probability
