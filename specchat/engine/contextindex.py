@@ -27,9 +27,6 @@ class Lookup:
     ambiguous: bool
 
 
-NO_LOOKUP = Lookup([], 0, False)
-
-
 class ContextIndex:
     """Every earlier occurrence of each n-gram of the context, min_n <= n <= max_n, and of
     the k-grams (and adjacent pairs) the store drafter looks up."""
@@ -95,7 +92,7 @@ class ContextIndex:
         match's true length (the index keys only max_n)."""
         n, start = self.match()
         if not n:
-            return NO_LOOKUP
+            return Lookup([], 0, False)
         toks = self.tokens
         if self.ambiguous(n):
             return Lookup(toks[start: start + k], 0, True)

@@ -87,17 +87,14 @@ def continuation_tree(following: np.ndarray, stored: np.ndarray) -> CandidateTre
     flat = ids[valid]
     tokens = np.empty(n, dtype=np.int64)
     tokens[flat] = rows[valid]
-    parents_of = np.full_like(ids, -1)
-    parents_of[:, 1:] = ids[:, :-1]
     parent = np.empty(n, dtype=np.int64)
-    parent[flat] = parents_of[valid]
-    node_depth = np.empty(n, dtype=np.int64)
-    node_depth[flat] = np.broadcast_to(np.arange(1, depth + 1), rows.shape)[valid]
+    parent[flat] = np.hstack([np.full((c, 1), -1), ids[:, :-1]])[valid]
     in_store = np.bincount(ids[valid & np.asarray(stored, bool)[order][:, None]], minlength=n)
     paths = np.empty_like(ids)
     paths[order] = ids
-    return CandidateTree(tokens, parent, node_depth, np.bincount(flat, minlength=n), in_store,
-                         paths)
+    # Node ids are numbered depth by depth.
+    return CandidateTree(tokens, parent, np.repeat(np.arange(1, depth + 1), per_depth),
+                         np.bincount(flat, minlength=n), in_store, paths)
 
 
 def _chain(row: np.ndarray, stored: bool) -> CandidateTree:
@@ -154,8 +151,9 @@ class StoreDrafter(Drafter):
         self.branches = max(1, branches)
         self._shadow: _Shadow | None = None
         self.lookup_seconds = 0.0  # running mean of one plan's cost, charged to drafting
-        self._rates: np.ndarray | None = None  # calibrated rate per (bucket, class), cached
-        self._stale: set[tuple[int, int]] = set()  # entries of _rates observed since
+        self._rates = np.zeros(np.shape(STORE_PRIORS))  # calibrated rate per (bucket, class)
+        # Entries of _rates to read again, in order: all at first, then those observed since.
+        self._stale = dict.fromkeys(np.ndindex(self._rates.shape))
         # Hits and predicted hits of recently scored candidates (decaying): how far this
         # text departs from the calibration, pooled over every kind of node.
         self._hits = self._predicted = 0.0
@@ -166,10 +164,6 @@ class StoreDrafter(Drafter):
 
     def rates(self) -> np.ndarray:
         """The calibrated acceptance of every (length bucket, support class)."""
-        if self._rates is None:
-            self._rates = np.array([[self.models(self.key(b, s)).rate(1)
-                                     for s in range(len(STORE_PRIORS[0]))]
-                                    for b in range(len(STORE_PRIORS))])
         for b, s in self._stale:
             self._rates[b, s] = self.models(self.key(b, s)).rate(1)
         self._stale.clear()
@@ -209,7 +203,7 @@ class StoreDrafter(Drafter):
             for c in kids:
                 key = (int(last.bucket[c]), int(last.support[c]))
                 self.models(self.key(*key)).observe(1, int(c == hit))
-                self._stale.add(key)
+                self._stale[key] = None
                 self._hits += c == hit
                 self._predicted += float(last.predicted[c])
 
@@ -244,7 +238,7 @@ class StoreDrafter(Drafter):
         best = int(m.length.max())
         chosen = m.length >= min(best, max(self.index.k, best - 2))
         first = np.zeros(len(m), dtype=bool)
-        first[list({t: i for i, t in reversed(list(enumerate(m.text.tolist())))}.values())] = True
+        first[np.unique(m.text, return_index=True)[1]] = True
         chosen &= first
         chosen &= ~self._variable(m, chosen & stored)
         if not chosen.any():
@@ -319,7 +313,6 @@ def _as_draft(tree: CandidateTree, nodes: list[int], reach: np.ndarray,
               expected_speedup: float) -> Draft | TreeDraft:
     """The chosen nodes depth first, most likely child first (so that when the likeliest
     branch wins, the cache ends up laid out exactly as after a chain: llm/seqtree.py)."""
-    kept = set(nodes)
     parent_of, token_of, p = tree.parent.tolist(), tree.tokens.tolist(), reach.tolist()
     kids: dict[int, list[int]] = {}
     for i in nodes:
@@ -332,8 +325,7 @@ def _as_draft(tree: CandidateTree, nodes: list[int], reach: np.ndarray,
         row = len(tokens)
         tokens.append(token_of[node])
         parents.append(parent_row)
-        below = [c for c in kids.get(node, []) if c in kept]
-        stack.extend((c, row) for c in sorted(below, key=p.__getitem__))
+        stack.extend((c, row) for c in sorted(kids.get(node, []), key=p.__getitem__))
     # Attributed to the store when any drafted node was seen there (else: this answer).
     source = STORE if tree.stored[nodes].any() else NGRAM
     if all(p == i - 1 for i, p in enumerate(parents)):

@@ -90,10 +90,8 @@ def build_index(tokens: np.ndarray, k: int = KEY_LEN) -> tuple[np.ndarray, np.nd
     if n <= k:
         return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint32)
     keys = kgram_keys(t, k)[:-1]  # the k-gram ending at the last token has no continuation
-    is_sep = t == SEP
     # A k-gram ending at p is usable when none of t[p-k+1 .. p+1] is SEP.
-    window = np.convolve(is_sep.astype(np.int32), np.ones(k + 1, dtype=np.int32), "valid")
-    ok = window == 0
+    ok = np.convolve((t == SEP).astype(np.int32), np.ones(k + 1, dtype=np.int32), "valid") == 0
     pos = np.flatnonzero(ok).astype(np.uint32) + np.uint32(k - 1)
     keys = keys[ok]
     order = np.lexsort((pos, keys))
@@ -223,44 +221,37 @@ class SuffixIndex:
         return found.matched(np.asarray(context[-MAX_MATCH:], dtype=np.int64), k)
 
     def _occurrences(self, key: int, max_occurrences: int, depth: int) -> Matches | None:
-        """The store's side of a lookup: independent of the context, and a step's key has
-        usually been looked up earlier in the answer, so it is kept (read-only)."""
+        """The store's side of a lookup: up to max_occurrences most recent occurrences of
+        the key, one binary search per segment, newest first. Independent of the context,
+        and a step's key has usually been looked up earlier in the answer: kept (read-only)."""
         memo = (key, max_occurrences, depth)
         if memo in self._memo:
             return self._memo[memo]
-        found = gathered(self._positions(np.uint64(key), max_occurrences), self.k, depth,
-                         self.n_vocab)
-        if found is not None:
-            for f in fields(found):
-                getattr(found, f.name).flags.writeable = False
-        if len(self._memo) >= MEMO_ENTRIES:
-            self._memo.clear()
-        self._memo[memo] = found
-        return found
-
-    def _positions(self, key: np.uint64, max_occurrences: int
-                   ) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """(segment, its tokens, the key's positions there) for up to max_occurrences most
-        recent occurrences of the key: one binary search per segment, newest first."""
         # [key, key + 1) in one search (the last hash has no successor)
-        bounds = np.array([key, key + np.uint64(1)], dtype=np.uint64) \
-            if key < np.iinfo(np.uint64).max else None
-        found: list[tuple[int, np.ndarray, np.ndarray]] = []
+        bounds = np.array([key, key + 1], dtype=np.uint64) if key < _MASK else None
+        sources: list[tuple[int, np.ndarray, np.ndarray]] = []
         left = max_occurrences
         for at in range(len(self.segments) - 1, -1, -1):
             seg = self.segments[at]
             if bounds is not None:
                 lo, hi = seg.keys.searchsorted(bounds).tolist()
             else:
-                lo, hi = int(seg.keys.searchsorted(key)), len(seg.keys)
+                lo, hi = int(seg.keys.searchsorted(np.uint64(key))), len(seg.keys)
             lo = max(lo, hi - left)
             if hi <= lo:
                 continue
             # Most recent first; clipped on gathering, then masked where outside the segment.
-            found.append((at, seg.tokens, seg.positions[lo:hi][::-1].astype(np.int64)))
+            sources.append((at, seg.tokens, seg.positions[lo:hi][::-1].astype(np.int64)))
             left -= hi - lo
             if left <= 0:
                 break
+        found = gathered(sources, self.k, depth, self.n_vocab)
+        if found is not None:
+            for f in fields(found):
+                getattr(found, f.name).flags.writeable = False
+        if len(self._memo) >= MEMO_ENTRIES:
+            self._memo.clear()
+        self._memo[memo] = found
         return found
 
     def copied(self, segment: np.ndarray, position: np.ndarray, following: np.ndarray
