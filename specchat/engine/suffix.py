@@ -86,8 +86,7 @@ def build_index(tokens: np.ndarray, k: int = KEY_LEN) -> tuple[np.ndarray, np.nd
     """(keys, positions) of a segment's tokens: every k-gram without SEP that is followed by
     a token, sorted by key and then position (so a key's most recent occurrence is last)."""
     t = np.asarray(tokens, dtype=np.uint32)
-    n = len(t)
-    if n <= k:
+    if len(t) <= k:
         return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint32)
     keys = kgram_keys(t, k)[:-1]  # the k-gram ending at the last token has no continuation
     # A k-gram ending at p is usable when none of t[p-k+1 .. p+1] is SEP.
@@ -108,10 +107,7 @@ class Segment:
 
     @classmethod
     def of_records(cls, records: Sequence[Sequence[int]], k: int = KEY_LEN) -> Segment:
-        parts: list[np.ndarray] = []
-        for record in records:
-            parts.append(np.asarray(record, dtype=np.uint32))
-            parts.append(np.array([SEP], dtype=np.uint32))
+        parts = [np.append(np.asarray(record, dtype=np.uint32), SEP) for record in records]
         tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
         keys, positions = build_index(tokens, k)
         return cls(tokens, keys, positions)
