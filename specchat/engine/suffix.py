@@ -205,8 +205,8 @@ class SuffixIndex:
     def empty(self) -> bool:
         return not self.segments
 
-    def lookup(self, context: Sequence[int], *, max_occurrences: int = 48,
-               depth: int = 16) -> Matches | None:
+    def lookup(self, context: Sequence[int], *, max_occurrences: int, depth: int
+               ) -> Matches | None:
         """The most recent occurrences of the context's last k tokens; None if none."""
         k = self.k
         if len(context) < k or self.empty:
