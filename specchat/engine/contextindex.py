@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specchat.engine.suffix import KEY_LEN, MAX_MATCH, Matches, match_lengths, windowed
+from specchat.engine.suffix import KEY_LEN, MAX_MATCH, Matches, gathered, match_lengths
 
 
 @dataclass(frozen=True)
@@ -25,9 +25,6 @@ class Lookup:
     # The matched n-gram was followed by different tokens before: its lookups rarely hold
     # (one in five here, against one in two or better for n-grams with one continuation).
     ambiguous: bool
-
-
-NO_LOOKUP = Lookup([], 0, False)
 
 
 class ContextIndex:
@@ -95,14 +92,13 @@ class ContextIndex:
         match's true length (the index keys only max_n)."""
         n, start = self.match()
         if not n:
-            return NO_LOOKUP
+            return Lookup([], 0, False)
         toks = self.tokens
         if self.ambiguous(n):
             return Lookup(toks[start: start + k], 0, True)
-        back = np.full((1, MAX_MATCH), -1, dtype=np.int64)
-        before = toks[max(0, start - MAX_MATCH): start][::-1]
-        back[0, : len(before)] = before
-        length = int(match_lengths(back, np.asarray(toks[-MAX_MATCH:], dtype=np.int64))[0])
+        array = self._numpy()
+        back = array[max(0, start - MAX_MATCH): start][None, ::-1]
+        length = int(match_lengths(back, array[-MAX_MATCH:])[0])
         return Lookup(toks[start: start + k], length, False)
 
     def lookup(self, *, max_occurrences: int, depth: int, n_vocab: int) -> Matches | None:
@@ -112,8 +108,9 @@ class ContextIndex:
         if found is None:
             return None
         found = [found] if isinstance(found, int) else found[-max_occurrences:]
-        pos = np.asarray(found[::-1], dtype=np.int64)
-        return windowed(self._numpy(), pos, depth, n_vocab)
+        tokens = self._numpy()
+        at = gathered([(-1, tokens, np.asarray(found[::-1], dtype=np.int64))], k, depth, n_vocab)
+        return None if at is None else at.matched(tokens[-MAX_MATCH:], k)
 
     def has_pair(self, first: int, second: int) -> bool:
         """Whether these two tokens occur next to each other in the context."""

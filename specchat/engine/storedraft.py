@@ -23,18 +23,12 @@ import numpy as np
 from specchat.engine.contextindex import ContextIndex
 from specchat.engine.cost import AcceptanceModel, CostTable, Shadow
 from specchat.engine.drafters import EMPTY_DRAFT, NGRAM, STORE, Draft, Drafter
-from specchat.engine.suffix import (
-    CandidateTree,
-    Matches,
-    SuffixIndex,
-    continuation_tree,
-)
+from specchat.engine.suffix import Matches, SuffixIndex
 from specchat.engine.tree import TreeDraft
 
 MAX_OCCURRENCES = 24  # most recent occurrences of a suffix that vote on continuations
 DEPTH = 16  # how far each occurrence's continuation is followed
 MAX_NODES = 64  # most candidates verified in one batch
-RECENCY = 0.93  # weight of the i-th most recent occurrence: RECENCY ** i
 SIBLING_MASS = 0.98  # the calibrated children of a node never claim more than this
 MIN_REACH = 0.02  # nodes the target is less likely to reach are never worth a batch row
 FIT_DECAY = 0.8  # per step: how fast the pooled hits/predicted ratio forgets
@@ -55,11 +49,63 @@ STORE_PRIORS = (
 )
 
 
-_BUCKET_EDGES = np.asarray(MATCH_BUCKETS)
+@dataclass(frozen=True)
+class CandidateTree:
+    """The distinct continuations of a set of occurrences as a trie, parents before children."""
+
+    tokens: np.ndarray  # int64 (n,)
+    parent: np.ndarray  # int64 (n,), -1 for the root's children
+    depth: np.ndarray  # int64 (n,), 1 for the root's children
+    count: np.ndarray  # int64 (n,): occurrences through the node
+    stored: np.ndarray  # int64 (n,): of those, occurrences in the store
+    # int64 (rows, depth): the node each occurrence's continuation reaches at each depth
+    # (-1 past its end), rows in the order they were given: paths for products along them.
+    paths: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.tokens)
 
 
-def length_bucket(length: np.ndarray) -> np.ndarray:
-    return np.searchsorted(_BUCKET_EDGES, length, side="right")
+def continuation_tree(following: np.ndarray, stored: np.ndarray) -> CandidateTree:
+    """The trie of `following` rows (at least one; -1 pads a row's end); `stored` flags the
+    rows that are occurrences in the store."""
+    c, depth = following.shape
+    if c == 1:  # half of all lookups: one occurrence, so the trie is its row as a chain
+        return _chain(following[0], bool(stored[0]))
+    order = np.lexsort(following.T[::-1])
+    rows = following[order]
+    valid = rows >= 0
+    # A row opens a new node at depth d when its prefix up to d differs from the row before.
+    diff = np.ones_like(rows, dtype=bool)
+    diff[1:] = np.logical_or.accumulate(rows[1:] != rows[:-1], axis=1)
+    opens = diff & valid
+    per_depth = opens.sum(axis=0)
+    offsets = np.concatenate(([0], np.cumsum(per_depth)[:-1]))
+    ids = np.cumsum(opens, axis=0) - 1 + offsets[None, :]
+    ids[~valid] = -1
+    n = int(per_depth.sum())
+    flat = ids[valid]
+    tokens = np.empty(n, dtype=np.int64)
+    tokens[flat] = rows[valid]
+    parent = np.empty(n, dtype=np.int64)
+    parent[flat] = np.hstack([np.full((c, 1), -1), ids[:, :-1]])[valid]
+    in_store = np.bincount(ids[valid & np.asarray(stored, bool)[order][:, None]], minlength=n)
+    paths = np.empty_like(ids)
+    paths[order] = ids
+    # Node ids are numbered depth by depth.
+    return CandidateTree(tokens, parent, np.repeat(np.arange(1, depth + 1), per_depth),
+                         np.bincount(flat, minlength=n), in_store, paths)
+
+
+def _chain(row: np.ndarray, stored: bool) -> CandidateTree:
+    """continuation_tree of a single row."""
+    n = int(np.argmin(row >= 0)) if (row < 0).any() else len(row)
+    depth = np.arange(1, n + 1, dtype=np.int64)
+    ones = np.ones(n, dtype=np.int64)
+    paths = np.full((1, len(row)), -1, dtype=np.int64)
+    paths[0, :n] = depth - 1
+    return CandidateTree(row[:n].astype(np.int64), depth - 2, depth, ones, ones * int(stored),
+                         paths)
 
 
 def support_class(tree: CandidateTree) -> np.ndarray:
@@ -80,7 +126,7 @@ def store_prior(bucket: int, support: int) -> float:
 class _Shadow:
     """The candidates of the last lookup, to be scored against what the target wrote."""
 
-    shadow: Shadow
+    start: int  # the context's length at the lookup
     tree: CandidateTree
     bucket: np.ndarray  # calibration key of every node: (length bucket, support class)
     support: np.ndarray
@@ -105,8 +151,9 @@ class StoreDrafter(Drafter):
         self.branches = max(1, branches)
         self._shadow: _Shadow | None = None
         self.lookup_seconds = 0.0  # running mean of one plan's cost, charged to drafting
-        self._rates: np.ndarray | None = None  # calibrated rate per (bucket, class), cached
-        self._stale: set[tuple[int, int]] = set()  # entries of _rates observed since
+        self._rates = np.zeros(np.shape(STORE_PRIORS))  # calibrated rate per (bucket, class)
+        # Entries of _rates to read again, in order: all at first, then those observed since.
+        self._stale = dict.fromkeys(np.ndindex(self._rates.shape))
         # Hits and predicted hits of recently scored candidates (decaying): how far this
         # text departs from the calibration, pooled over every kind of node.
         self._hits = self._predicted = 0.0
@@ -117,10 +164,6 @@ class StoreDrafter(Drafter):
 
     def rates(self) -> np.ndarray:
         """The calibrated acceptance of every (length bucket, support class)."""
-        if self._rates is None:
-            self._rates = np.array([[self.models(self.key(b, s)).rate(1)
-                                     for s in range(len(STORE_PRIORS[0]))]
-                                    for b in range(len(STORE_PRIORS))])
         for b, s in self._stale:
             self._rates[b, s] = self.models(self.key(b, s)).rate(1)
         self._stale.clear()
@@ -143,7 +186,7 @@ class StoreDrafter(Drafter):
     @property
     def last_candidates(self) -> tuple[CandidateTree, np.ndarray, np.ndarray] | None:
         """The last lookup's trie with each node's length bucket and support class, until it
-        is scored (for statistics: benchmarks/sessions.py)."""
+        is scored (for statistics: benchmarks/session_replay.py)."""
         s = self._shadow
         return None if s is None else (s.tree, s.bucket, s.support)
 
@@ -152,15 +195,15 @@ class StoreDrafter(Drafter):
         of a node the target reached is one trial for its kind, a hit when it is the token
         the target wrote there."""
         last, self._shadow = self._shadow, None
-        if last is None or len(context) <= last.shadow.start:
+        if last is None or len(context) <= last.start:
             return
         self._hits *= FIT_DECAY
         self._predicted *= FIT_DECAY
-        for kids, hit in last.shadow.walk(context):
+        for kids, hit in Shadow(last.start, last.tree.tokens, last.tree.parent).walk(context):
             for c in kids:
                 key = (int(last.bucket[c]), int(last.support[c]))
                 self.models(self.key(*key)).observe(1, int(c == hit))
-                self._stale.add(key)
+                self._stale[key] = None
                 self._hits += c == hit
                 self._predicted += float(last.predicted[c])
 
@@ -180,14 +223,14 @@ class StoreDrafter(Drafter):
         """The trie of continuations, and the calibrated P(the target reaches each node)."""
         self.context.sync(context)
         # This answer's own occurrences first (the most recent), then the store's.
-        found = [(m, from_store) for m, from_store in (
-            (self.context.lookup(max_occurrences=MAX_OCCURRENCES, depth=DEPTH,
-                                 n_vocab=self.index.n_vocab), False),
-            (self.index.lookup(context, max_occurrences=MAX_OCCURRENCES, depth=DEPTH), True))
+        found = [m for m in (
+            self.context.lookup(max_occurrences=MAX_OCCURRENCES, depth=DEPTH,
+                                n_vocab=self.index.n_vocab),
+            self.index.lookup(context, max_occurrences=MAX_OCCURRENCES, depth=DEPTH))
             if m is not None]
         if not found:
             return None
-        m = Matches.joined([f for f, _ in found])
+        m = Matches.joined(found)
         stored = m.segment >= 0
         # The longest matches speak for the context; shorter ones only when nothing longer
         # was found (a suffix tree's deepest node, with its counts). Copies of one text
@@ -195,23 +238,20 @@ class StoreDrafter(Drafter):
         best = int(m.length.max())
         chosen = m.length >= min(best, max(self.index.k, best - 2))
         first = np.zeros(len(m), dtype=bool)
-        first[list({t: i for i, t in reversed(list(enumerate(m.text.tolist())))}.values())] = True
+        first[np.unique(m.text, return_index=True)[1]] = True
         chosen &= first
         chosen &= ~self._variable(m, chosen & stored)
         if not chosen.any():
             return None
-        rows = m.following[chosen]
-        weights = RECENCY ** np.arange(len(rows), dtype=np.float64)
-        tree = continuation_tree(rows, weights, (stored[chosen],))
+        tree = continuation_tree(m.following[chosen], stored[chosen])
         if not len(tree):
             return None
-        bucket = length_bucket(best + tree.depth - 1)
+        bucket = np.searchsorted(MATCH_BUCKETS, best + tree.depth - 1, side="right")
         support = support_class(tree)
         fit = (self._hits + FIT_PRIOR) / (self._predicted + FIT_PRIOR)
         rates = np.minimum(self.rates()[bucket, support] * min(fit, 1.0), 0.99)
         cond, reach = _reach(tree, rates)
-        shadow = Shadow(len(context), tree.tokens, tree.parent)
-        return _Shadow(shadow, tree, bucket, support, cond), reach
+        return _Shadow(len(context), tree, bucket, support, cond), reach
 
 
 def _reach(tree: CandidateTree, rates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -273,7 +313,6 @@ def _as_draft(tree: CandidateTree, nodes: list[int], reach: np.ndarray,
               expected_speedup: float) -> Draft | TreeDraft:
     """The chosen nodes depth first, most likely child first (so that when the likeliest
     branch wins, the cache ends up laid out exactly as after a chain: llm/seqtree.py)."""
-    kept = set(nodes)
     parent_of, token_of, p = tree.parent.tolist(), tree.tokens.tolist(), reach.tolist()
     kids: dict[int, list[int]] = {}
     for i in nodes:
@@ -286,10 +325,9 @@ def _as_draft(tree: CandidateTree, nodes: list[int], reach: np.ndarray,
         row = len(tokens)
         tokens.append(token_of[node])
         parents.append(parent_row)
-        below = [c for c in kids.get(node, []) if c in kept]
-        stack.extend((c, row) for c in sorted(below, key=p.__getitem__))
+        stack.extend((c, row) for c in sorted(kids.get(node, []), key=p.__getitem__))
     # Attributed to the store when any drafted node was seen there (else: this answer).
-    source = STORE if tree.marked[0][nodes].any() else NGRAM
+    source = STORE if tree.stored[nodes].any() else NGRAM
     if all(p == i - 1 for i, p in enumerate(parents)):
         return Draft(tuple(tokens), None, source, expected_speedup)
     return TreeDraft(tuple(tokens), tuple(parents), source, expected_speedup)

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from specchat.engine.contextindex import ContextIndex
+from specchat.engine.storedraft import continuation_tree
 from specchat.engine.suffix import (
     COPY_WINDOW,
     MAX_MATCH,
     SEP,
     Segment,
     SuffixIndex,
-    continuation_tree,
     key_of,
     kgram_keys,
 )
@@ -132,22 +132,20 @@ def test_copies_of_one_text_share_a_text_hash_and_different_texts_do_not() -> No
     assert len(set(found.text.tolist())) == 3  # the new copy of record 1 hashes like it
 
 
-def test_continuation_tree_is_the_trie_of_the_rows_with_weights_and_counts() -> None:
+def test_continuation_tree_is_the_trie_of_the_rows_with_counts() -> None:
     rows = np.array([[5, 6, 7], [5, 6, -1], [5, 9, -1], [8, -1, -1]])
-    tree = continuation_tree(rows, np.array([1.0, 0.5, 0.25, 2.0]),
-                             (np.array([True, False, False, True]),))
+    tree = continuation_tree(rows, np.array([True, False, False, True]))
     nodes = {}
     for i in range(len(tree)):
         path, node = [], i
         while node >= 0:
             path.append(int(tree.tokens[node]))
             node = int(tree.parent[node])
-        nodes[tuple(reversed(path))] = (float(tree.weight[i]), int(tree.count[i]),
-                                        int(tree.marked[0][i]), int(tree.depth[i]))
+        nodes[tuple(reversed(path))] = (int(tree.count[i]), int(tree.stored[i]),
+                                        int(tree.depth[i]))
         assert tree.parent[i] < i  # parents come first
-    assert nodes == {(5,): (1.75, 3, 1, 1), (8,): (2.0, 1, 1, 1), (5, 6): (1.5, 2, 1, 2),
-                     (5, 9): (0.25, 1, 0, 2), (5, 6, 7): (1.0, 1, 1, 3)}
-    assert tree.total == 3.75
+    assert nodes == {(5,): (3, 1, 1), (8,): (1, 1, 1), (5, 6): (2, 1, 2), (5, 9): (1, 0, 2),
+                     (5, 6, 7): (1, 1, 3)}
     assert SEP > 2**31  # SEP is beyond every vocabulary
 
 
@@ -195,15 +193,13 @@ def test_the_trie_of_one_row_is_what_the_general_construction_gives(seed: int) -
         depth = int(rng.integers(1, 9))
         row = rng.integers(0, 4, depth)
         row[int(rng.integers(0, depth + 1)):] = -1
-        weight, mark = float(rng.random()), bool(rng.integers(0, 2))
-        alone = continuation_tree(row[None, :], np.array([weight]), [np.array([mark])])
+        mark = bool(rng.integers(0, 2))
+        alone = continuation_tree(row[None, :], np.array([mark]))
         general = continuation_tree(np.vstack([row, np.full(depth, -1)]),
-                                    np.array([weight, 0.0]), [np.array([mark, False])])
-        for name in ("tokens", "parent", "depth", "weight", "count"):
+                                    np.array([mark, False]))
+        for name in ("tokens", "parent", "depth", "count", "stored"):
             assert np.array_equal(getattr(alone, name), getattr(general, name)), name
-        assert np.array_equal(alone.marked[0], general.marked[0])
         assert np.array_equal(alone.paths[0], general.paths[0])
-        assert alone.total == general.total
 
 
 def test_a_key_hashed_in_plain_integers_is_the_index_key() -> None:
