@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 import numpy as np
@@ -35,7 +35,7 @@ from specchat.engine.options import GenerationOptions
 from specchat.engine.policy import DraftPolicy, Step, StepListener
 from specchat.engine.protocol import ContextFullError, LogitsModel, TreeModel, common_prefix
 from specchat.engine.sampling import biased, greedy_token, probs, recent_window
-from specchat.engine.stats import Stats, StatsBuilder
+from specchat.engine.stats import Stats
 from specchat.engine.text import TextStream
 from specchat.engine.tree import TreeDraft, accept_tree
 
@@ -94,7 +94,9 @@ class _Run:
         self.n_prompt = len(prompt)
         self.rng = np.random.default_rng(options.sampling.seed)
         self.text = TextStream(options.stop)
-        self.stats = StatsBuilder(mode=options.spec, prompt_tokens=len(prompt))
+        # Counts and times so far; `generated` is len(committed) - n_prompt, filled in
+        # by _snapshot.
+        self.stats = Stats(mode=options.spec, prompt_tokens=len(prompt))
         self.decode_start = self.start = self.clock()
 
     def events(self) -> Generator[Event, None, None]:
@@ -130,8 +132,7 @@ class _Run:
         prompt = self.committed
         if len(prompt) > self.target.n_ctx:
             return False
-        if self.hooks.restore is not None:
-            self.stats.prompt_restored = self.hooks.restore(prompt[:-1])
+        restored = 0 if self.hooks.restore is None else self.hooks.restore(prompt[:-1])
         report = None
         if self.hooks.progress is not None:
             tell = self.hooks.progress
@@ -139,10 +140,11 @@ class _Run:
             def report(done: int, total: int) -> None:
                 tell(Progress(done, total, self.clock() - start))
         evaluated = fill_cache(self.target, prompt[:-1], progress=report)
-        self.stats.prompt_cached = len(prompt) - 1 - evaluated
         self.policy.prepare(prompt)
         self.decode_start = self.clock()
-        self.stats.prompt_seconds = self.decode_start - start
+        self.stats = replace(self.stats, prompt_restored=restored,
+                             prompt_cached=len(prompt) - 1 - evaluated,
+                             prompt_seconds=self.decode_start - start)
         return True
 
     def _step(self) -> tuple[list[int], list[bool]]:
@@ -150,7 +152,8 @@ class _Run:
         t0 = self.clock()
         draft = self._draft()
         t1 = self.clock()
-        self.stats.last_k = len(draft.tokens)  # before the verify, which may find no room
+        # Set before the verify, which may find no room.
+        self.stats = replace(self.stats, last_k=len(draft.tokens))
         if isinstance(draft, TreeDraft):
             kept, token, t2 = self._verify_tree(draft)
         else:
@@ -162,7 +165,7 @@ class _Run:
     def _draft(self) -> Draft | TreeDraft:
         """The policy's draft, cut to what the context and max_tokens leave room for."""
         room = self.target.n_ctx - len(self.committed)
-        remaining = self.options.max_tokens - self.stats.generated
+        remaining = self.options.max_tokens - self._generated
         # Drafts past max_tokens could never be emitted, so they are not even asked for.
         limit = max(0, min(self.options.draft_max, room, remaining - 1))
         if limit == 0:
@@ -185,12 +188,9 @@ class _Run:
         return kept, token, t2
 
     def _record(self, step: Step, sample_seconds: float) -> None:
-        stats = self.stats
-        stats.draft_seconds += step.draft_seconds
-        stats.verify_seconds += step.verify_seconds
-        stats.sample_seconds += sample_seconds
-        stats.record_step(step.drafted, step.accepted,
-                          seconds=step.verify_seconds + sample_seconds, source=step.source)
+        self.stats = self.stats.with_step(step.drafted, step.accepted, step.source,
+                                          step.draft_seconds, step.verify_seconds,
+                                          sample_seconds)
         if self.hooks.costs is not None:
             self.hooks.costs.observe(step.batch, step.verify_seconds)
         self.policy.observe(step)
@@ -249,9 +249,8 @@ class _Run:
         for token in new:
             self.committed.append(token)
             kept.append(token)
-            self.stats.generated += 1
-            if self.stats.generated == 1:
-                self.stats.first_token_seconds = self.clock() - self.start
+            if self._generated == 1:
+                self.stats = replace(self.stats, first_token_seconds=self.clock() - self.start)
             if token in eog:
                 reason = "eog"  # kept as an answer token, never rendered
                 break
@@ -259,7 +258,7 @@ class _Run:
             if self.text.stopped:
                 reason = "stop"
                 break
-            if self.stats.generated >= max_tokens:
+            if self._generated >= max_tokens:
                 reason = "length"
                 break
         if self.constraint is not None:
@@ -280,10 +279,15 @@ class _Run:
             yield Chunk(text, tuple(kept), tuple(flags), stats, tuple(self.logprobs[:shown]))
         yield Finished(reason, self.text.text, tuple(self.committed[self.n_prompt:]), stats)
 
+    @property
+    def _generated(self) -> int:
+        return len(self.committed) - self.n_prompt
+
     def _snapshot(self) -> Stats:
-        if self.hooks.costs is not None:
-            self.stats.plain_step_seconds = self.hooks.costs.cost(1)
-        return self.stats.snapshot(self.clock() - self.decode_start)
+        costs = self.hooks.costs
+        return replace(self.stats, plain_step_seconds=0.0 if costs is None else costs.cost(1),
+                       generated=self._generated,
+                       decode_seconds=self.clock() - self.decode_start)
 
     def _restore(self) -> None:
         """Leave the caches holding a prefix of committed (minus last, for the target)."""
