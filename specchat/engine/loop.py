@@ -106,19 +106,13 @@ class _Run:
             self._restore()
 
     def _decode(self) -> Iterator[Event]:
-        if not self._prefill():
-            yield from self._finish("context")
-            return
-        while True:
-            # A plain step evaluates one token at position len(committed) - 1.
-            if len(self.committed) > self.target.n_ctx:
-                yield from self._finish("context")
-                return
+        fits = self._prefill()
+        # A plain step evaluates one token at position len(committed) - 1.
+        while fits and len(self.committed) <= self.target.n_ctx:
             try:
                 new, flags = self._step()
             except ContextFullError:  # the backend disagreed with our count: still no crash
-                yield from self._finish("context")
-                return
+                break
             kept, text, reason = self._commit(new)
             flags = flags[: len(kept)]
             if reason is not None:
@@ -126,6 +120,7 @@ class _Run:
                 return
             yield Chunk(text, tuple(kept), tuple(flags), self._snapshot(),
                         tuple(self.logprobs[: len(kept)]))
+        yield from self._finish("context")
 
     def _prefill(self) -> bool:
         self.start = start = self.clock()
@@ -206,12 +201,10 @@ class _Run:
         logits = target.eval_tree(batch, parents)
         t2 = self.clock()
         opts = self.options.sampling
-        n_recent = opts.repeat_last_n if opts.repeat_penalty != 1.0 else 0
-        base = self.committed[-n_recent:] if n_recent else []
         # logit_bias is a warp of the target's rows here as in a chain (no grammar: trees
         # are not drafted under one: engine/build.py).
-        path, token = accept_tree(lambda i: biased(logits[i], opts), draft, base, opts,
-                                  self.rng)
+        path, token = accept_tree(lambda i: biased(logits[i], opts), draft, self.committed,
+                                  opts, self.rng)
         target.keep_path([i + 1 for i in path])
         return draft.path_tokens(path), token, t2
 
@@ -219,12 +212,11 @@ class _Run:
         opts = self.options.sampling
         d = draft.tokens
         n_recent = opts.repeat_last_n if opts.repeat_penalty != 1.0 else 0
-        base = self.committed[-n_recent:] if n_recent else []
 
         # Row i is scored as if d1..d_i were already in the context: the penalty sees them,
         # and so does the grammar.
         def recent(i: int) -> list[int]:
-            return recent_window(base, d[:i], n_recent)
+            return recent_window(self.committed, d[:i], n_recent)
 
         masks = StepMasks(self.constraint, d) if self.constraint is not None else None
 
