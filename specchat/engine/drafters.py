@@ -18,12 +18,7 @@ import numpy as np
 from specchat.engine.constraint import Constraint
 from specchat.engine.contextindex import ContextIndex, Lookup
 from specchat.engine.options import SamplingOptions
-from specchat.engine.padding import (
-    check_vocab_sizes,
-    pad_row,
-    readable_prefix,
-    shared_logits,
-)
+from specchat.engine.padding import check_vocab_sizes, pad_row, readable_prefix, shared_logits
 from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefix
 from specchat.engine.sampling import (
     biased,
