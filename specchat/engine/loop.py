@@ -171,11 +171,32 @@ class _Run:
 
     def _verify_chain(self, draft: Draft) -> tuple[list[int], int, float]:
         """The accepted drafts, the token after them, and when the target call ended."""
-        batch = [self.committed[-1], *draft.tokens]
-        logits = self.target.eval(batch, list(range(len(batch))))
+        opts = self.options.sampling
+        d = draft.tokens
+        logits = self.target.eval([self.committed[-1], *d], list(range(len(d) + 1)))
         t2 = self.clock()
-        n, token = self._accept(logits, draft)
-        kept = list(draft.tokens[:n])
+        n_recent = opts.repeat_last_n if opts.repeat_penalty != 1.0 else 0
+
+        # Row i is scored as if d1..d_i were already in the context: the penalty sees them,
+        # and so does the grammar.
+        def recent(i: int) -> list[int]:
+            return recent_window(self.committed, d[:i], n_recent)
+
+        masks = StepMasks(self.constraint, d) if self.constraint is not None else None
+
+        def row(i: int) -> np.ndarray:
+            return biased(logits[i], opts, None if masks is None else masks(i))
+
+        try:
+            if opts.greedy:
+                n, token = accept_greedy(lambda i: greedy_token(row(i), recent(i), opts), d)
+            else:
+                n, token = accept_sampled(lambda i: probs(row(i), recent(i), opts), d,
+                                          draft.q, self.rng)
+        finally:
+            if masks is not None:
+                masks.settle()
+        kept = list(d[:n])
         if self.options.logprobs is not None:
             top = self.options.logprobs
             self.logprobs = [token_logprob(logits[j], t, top)
@@ -207,30 +228,6 @@ class _Run:
                                   opts, self.rng)
         target.keep_path([i + 1 for i in path])
         return draft.path_tokens(path), token, t2
-
-    def _accept(self, logits: np.ndarray, draft: Draft) -> tuple[int, int]:
-        opts = self.options.sampling
-        d = draft.tokens
-        n_recent = opts.repeat_last_n if opts.repeat_penalty != 1.0 else 0
-
-        # Row i is scored as if d1..d_i were already in the context: the penalty sees them,
-        # and so does the grammar.
-        def recent(i: int) -> list[int]:
-            return recent_window(self.committed, d[:i], n_recent)
-
-        masks = StepMasks(self.constraint, d) if self.constraint is not None else None
-
-        def row(i: int) -> np.ndarray:
-            return biased(logits[i], opts, None if masks is None else masks(i))
-
-        try:
-            if opts.greedy:
-                return accept_greedy(lambda i: greedy_token(row(i), recent(i), opts), d)
-            return accept_sampled(lambda i: probs(row(i), recent(i), opts), d, draft.q,
-                                  self.rng)
-        finally:
-            if masks is not None:
-                masks.settle()
 
     def _commit(self, new: list[int]) -> tuple[list[int], str, str | None]:
         """Append tokens until one ends the answer; cut the caches back to match."""
