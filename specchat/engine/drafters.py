@@ -18,12 +18,7 @@ import numpy as np
 from specchat.engine.constraint import Constraint
 from specchat.engine.contextindex import ContextIndex, Lookup
 from specchat.engine.options import SamplingOptions
-from specchat.engine.padding import (
-    check_vocab_sizes,
-    pad_row,
-    readable_prefix,
-    shared_logits,
-)
+from specchat.engine.padding import check_vocab_sizes, pad_row, readable_prefix, shared_logits
 from specchat.engine.protocol import ContextFullError, LogitsModel, common_prefix
 from specchat.engine.sampling import (
     biased,
@@ -150,9 +145,8 @@ class DraftModelDrafter(Drafter):
         self.blind = False
         self._known: int | None = None  # cache == context[:_known], when known
         # After a completed propose the cache is exactly context[:_base] + _extra, which lets
-        # committed() cut back without comparing the whole context.
-        self._drafted = False
-        self._base = 0
+        # committed() cut back without comparing the whole context (None: no such propose).
+        self._base: int | None = None
         self._extra: list[int] = []
 
     def prepare(self, context: Sequence[int], fill: bool = True) -> None:
@@ -195,7 +189,7 @@ class DraftModelDrafter(Drafter):
         model = self.model
         keep = common_prefix(model.tokens, context) if self._known is None else self._known
         keep = min(keep, len(context) - 1)
-        self._known, self._drafted, self._base, self._extra = None, False, len(context), []
+        self._known, self._base, self._extra = None, None, []
         model.truncate(keep)
         unseen = context[keep:]
         if self.n_target > model.n_vocab and readable_prefix(unseen, model.n_vocab) < len(unseen):
@@ -231,7 +225,7 @@ class DraftModelDrafter(Drafter):
         finally:
             if guide is not None and taken:
                 guide.rollback(taken)
-        self._drafted = True
+        self._base = len(context)
         draft = Draft(tuple(tokens), None if self.sampling.greedy else tuple(rows), DRAFT)
         return ScoredDraft(draft, tuple(confidences), len(tokens))
 
@@ -253,19 +247,20 @@ class DraftModelDrafter(Drafter):
     def committed(self, context: Sequence[int]) -> None:
         if self._known is not None:
             return  # nothing was evaluated since the cache last matched the context
-        if not self._drafted or len(context) < self._base:
+        base = self._base
+        if base is None or len(context) < base:
             self.reset(context)
             return
         # Cut back to the accepted prefix: only the drafts evaluated past _base can differ.
-        tail = context[self._base: self._base + len(self._extra)]
-        keep = self._base + common_prefix(self._extra, tail)
+        tail = context[base: base + len(self._extra)]
+        keep = base + common_prefix(self._extra, tail)
         self.model.truncate(keep)
-        self._known, self._drafted, self._extra = keep, False, []
+        self._known, self._base, self._extra = keep, None, []
 
     def reset(self, context: Sequence[int]) -> None:
         keep = common_prefix(self.model.tokens, context)
         self.model.truncate(keep)
-        self._known, self._drafted, self._extra = keep, False, []
+        self._known, self._base, self._extra = keep, None, []
 
 
 class PromptLookupDrafter(Drafter):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 import numpy as np
@@ -35,7 +35,7 @@ from specchat.engine.options import GenerationOptions
 from specchat.engine.policy import DraftPolicy, Step, StepListener
 from specchat.engine.protocol import ContextFullError, LogitsModel, TreeModel, common_prefix
 from specchat.engine.sampling import biased, greedy_token, probs, recent_window
-from specchat.engine.stats import Stats, StatsBuilder
+from specchat.engine.stats import Stats
 from specchat.engine.text import TextStream
 from specchat.engine.tree import TreeDraft, accept_tree
 
@@ -94,7 +94,9 @@ class _Run:
         self.n_prompt = len(prompt)
         self.rng = np.random.default_rng(options.sampling.seed)
         self.text = TextStream(options.stop)
-        self.stats = StatsBuilder(mode=options.spec, prompt_tokens=len(prompt))
+        # Counts and times so far; `generated` is len(committed) - n_prompt, filled in
+        # by _snapshot.
+        self.stats = Stats(mode=options.spec, prompt_tokens=len(prompt))
         self.decode_start = self.start = self.clock()
 
     def events(self) -> Generator[Event, None, None]:
@@ -104,19 +106,13 @@ class _Run:
             self._restore()
 
     def _decode(self) -> Iterator[Event]:
-        if not self._prefill():
-            yield from self._finish("context")
-            return
-        while True:
-            # A plain step evaluates one token at position len(committed) - 1.
-            if len(self.committed) > self.target.n_ctx:
-                yield from self._finish("context")
-                return
+        fits = self._prefill()
+        # A plain step evaluates one token at position len(committed) - 1.
+        while fits and len(self.committed) <= self.target.n_ctx:
             try:
                 new, flags = self._step()
             except ContextFullError:  # the backend disagreed with our count: still no crash
-                yield from self._finish("context")
-                return
+                break
             kept, text, reason = self._commit(new)
             flags = flags[: len(kept)]
             if reason is not None:
@@ -124,14 +120,14 @@ class _Run:
                 return
             yield Chunk(text, tuple(kept), tuple(flags), self._snapshot(),
                         tuple(self.logprobs[: len(kept)]))
+        yield from self._finish("context")
 
     def _prefill(self) -> bool:
         self.start = start = self.clock()
         prompt = self.committed
         if len(prompt) > self.target.n_ctx:
             return False
-        if self.hooks.restore is not None:
-            self.stats.prompt_restored = self.hooks.restore(prompt[:-1])
+        restored = 0 if self.hooks.restore is None else self.hooks.restore(prompt[:-1])
         report = None
         if self.hooks.progress is not None:
             tell = self.hooks.progress
@@ -139,10 +135,11 @@ class _Run:
             def report(done: int, total: int) -> None:
                 tell(Progress(done, total, self.clock() - start))
         evaluated = fill_cache(self.target, prompt[:-1], progress=report)
-        self.stats.prompt_cached = len(prompt) - 1 - evaluated
         self.policy.prepare(prompt)
         self.decode_start = self.clock()
-        self.stats.prompt_seconds = self.decode_start - start
+        self.stats = replace(self.stats, prompt_restored=restored,
+                             prompt_cached=len(prompt) - 1 - evaluated,
+                             prompt_seconds=self.decode_start - start)
         return True
 
     def _step(self) -> tuple[list[int], list[bool]]:
@@ -150,7 +147,8 @@ class _Run:
         t0 = self.clock()
         draft = self._draft()
         t1 = self.clock()
-        self.stats.last_k = len(draft.tokens)  # before the verify, which may find no room
+        # Set before the verify, which may find no room.
+        self.stats = replace(self.stats, last_k=len(draft.tokens))
         if isinstance(draft, TreeDraft):
             kept, token, t2 = self._verify_tree(draft)
         else:
@@ -162,7 +160,7 @@ class _Run:
     def _draft(self) -> Draft | TreeDraft:
         """The policy's draft, cut to what the context and max_tokens leave room for."""
         room = self.target.n_ctx - len(self.committed)
-        remaining = self.options.max_tokens - self.stats.generated
+        remaining = self.options.max_tokens - self._generated
         # Drafts past max_tokens could never be emitted, so they are not even asked for.
         limit = max(0, min(self.options.draft_max, room, remaining - 1))
         if limit == 0:
@@ -173,11 +171,32 @@ class _Run:
 
     def _verify_chain(self, draft: Draft) -> tuple[list[int], int, float]:
         """The accepted drafts, the token after them, and when the target call ended."""
-        batch = [self.committed[-1], *draft.tokens]
-        logits = self.target.eval(batch, list(range(len(batch))))
+        opts = self.options.sampling
+        d = draft.tokens
+        logits = self.target.eval([self.committed[-1], *d], list(range(len(d) + 1)))
         t2 = self.clock()
-        n, token = self._accept(logits, draft)
-        kept = list(draft.tokens[:n])
+        n_recent = opts.repeat_last_n if opts.repeat_penalty != 1.0 else 0
+
+        # Row i is scored as if d1..d_i were already in the context: the penalty sees them,
+        # and so does the grammar.
+        def recent(i: int) -> list[int]:
+            return recent_window(self.committed, d[:i], n_recent)
+
+        masks = StepMasks(self.constraint, d) if self.constraint is not None else None
+
+        def row(i: int) -> np.ndarray:
+            return biased(logits[i], opts, None if masks is None else masks(i))
+
+        try:
+            if opts.greedy:
+                n, token = accept_greedy(lambda i: greedy_token(row(i), recent(i), opts), d)
+            else:
+                n, token = accept_sampled(lambda i: probs(row(i), recent(i), opts), d,
+                                          draft.q, self.rng)
+        finally:
+            if masks is not None:
+                masks.settle()
+        kept = list(d[:n])
         if self.options.logprobs is not None:
             top = self.options.logprobs
             self.logprobs = [token_logprob(logits[j], t, top)
@@ -185,12 +204,9 @@ class _Run:
         return kept, token, t2
 
     def _record(self, step: Step, sample_seconds: float) -> None:
-        stats = self.stats
-        stats.draft_seconds += step.draft_seconds
-        stats.verify_seconds += step.verify_seconds
-        stats.sample_seconds += sample_seconds
-        stats.record_step(step.drafted, step.accepted,
-                          seconds=step.verify_seconds + sample_seconds, source=step.source)
+        self.stats = self.stats.with_step(step.drafted, step.accepted, step.source,
+                                          step.draft_seconds, step.verify_seconds,
+                                          sample_seconds)
         if self.hooks.costs is not None:
             self.hooks.costs.observe(step.batch, step.verify_seconds)
         self.policy.observe(step)
@@ -206,39 +222,12 @@ class _Run:
         logits = target.eval_tree(batch, parents)
         t2 = self.clock()
         opts = self.options.sampling
-        n_recent = opts.repeat_last_n if opts.repeat_penalty != 1.0 else 0
-        base = self.committed[-n_recent:] if n_recent else []
         # logit_bias is a warp of the target's rows here as in a chain (no grammar: trees
         # are not drafted under one: engine/build.py).
-        path, token = accept_tree(lambda i: biased(logits[i], opts), draft, base, opts,
-                                  self.rng)
+        path, token = accept_tree(lambda i: biased(logits[i], opts), draft, self.committed,
+                                  opts, self.rng)
         target.keep_path([i + 1 for i in path])
         return draft.path_tokens(path), token, t2
-
-    def _accept(self, logits: np.ndarray, draft: Draft) -> tuple[int, int]:
-        opts = self.options.sampling
-        d = draft.tokens
-        n_recent = opts.repeat_last_n if opts.repeat_penalty != 1.0 else 0
-        base = self.committed[-n_recent:] if n_recent else []
-
-        # Row i is scored as if d1..d_i were already in the context: the penalty sees them,
-        # and so does the grammar.
-        def recent(i: int) -> list[int]:
-            return recent_window(base, d[:i], n_recent)
-
-        masks = StepMasks(self.constraint, d) if self.constraint is not None else None
-
-        def row(i: int) -> np.ndarray:
-            return biased(logits[i], opts, None if masks is None else masks(i))
-
-        try:
-            if opts.greedy:
-                return accept_greedy(lambda i: greedy_token(row(i), recent(i), opts), d)
-            return accept_sampled(lambda i: probs(row(i), recent(i), opts), d, draft.q,
-                                  self.rng)
-        finally:
-            if masks is not None:
-                masks.settle()
 
     def _commit(self, new: list[int]) -> tuple[list[int], str, str | None]:
         """Append tokens until one ends the answer; cut the caches back to match."""
@@ -249,9 +238,8 @@ class _Run:
         for token in new:
             self.committed.append(token)
             kept.append(token)
-            self.stats.generated += 1
-            if self.stats.generated == 1:
-                self.stats.first_token_seconds = self.clock() - self.start
+            if self._generated == 1:
+                self.stats = replace(self.stats, first_token_seconds=self.clock() - self.start)
             if token in eog:
                 reason = "eog"  # kept as an answer token, never rendered
                 break
@@ -259,7 +247,7 @@ class _Run:
             if self.text.stopped:
                 reason = "stop"
                 break
-            if self.stats.generated >= max_tokens:
+            if self._generated >= max_tokens:
                 reason = "length"
                 break
         if self.constraint is not None:
@@ -280,10 +268,15 @@ class _Run:
             yield Chunk(text, tuple(kept), tuple(flags), stats, tuple(self.logprobs[:shown]))
         yield Finished(reason, self.text.text, tuple(self.committed[self.n_prompt:]), stats)
 
+    @property
+    def _generated(self) -> int:
+        return len(self.committed) - self.n_prompt
+
     def _snapshot(self) -> Stats:
-        if self.hooks.costs is not None:
-            self.stats.plain_step_seconds = self.hooks.costs.cost(1)
-        return self.stats.snapshot(self.clock() - self.decode_start)
+        costs = self.hooks.costs
+        return replace(self.stats, plain_step_seconds=0.0 if costs is None else costs.cost(1),
+                       generated=self._generated,
+                       decode_seconds=self.clock() - self.decode_start)
 
     def _restore(self) -> None:
         """Leave the caches holding a prefix of committed (minus last, for the target)."""

@@ -84,31 +84,19 @@ def _scratch(n: int, slot: int) -> np.ndarray:
     return buf
 
 
-def _load(logits: np.ndarray, recent: Sequence[int], penalty: float) -> np.ndarray:
-    """Penalized logits as float64, in scratch slot 0 (valid until the next call)."""
-    x = _scratch(len(logits), 0)
-    x[...] = logits
-    if penalty != 1.0 and len(recent):
-        ids = np.asarray(recent, dtype=np.intp)
-        x[ids] = _penalize(x[ids], penalty)
-    return x
-
-
 # --- truncation warps --------------------------------------------------------------------
 # Each takes the penalized logits x, their max m and the token ids kept so far (None: all,
 # else ascending ids) and returns the ids it keeps. Dropped tokens get probability 0.
+# Top-k comes first, so it starts from all.
 
-def keep_top_k(x: np.ndarray, m: float, keep: np.ndarray | None, k: int) -> np.ndarray | None:
+def keep_top_k(x: np.ndarray, m: float, k: int) -> np.ndarray | None:
     """The k most likely tokens (all tokens tied with the k-th are kept: order-free)."""
-    if k <= 0 or k >= (len(x) if keep is None else len(keep)):
-        return keep
-    ids = keep
-    if ids is None:
-        for margin in _MARGINS:  # the last margin (inf) takes every token: k fit then
-            ids = np.flatnonzero(x >= m - margin)
-            if len(ids) >= k:
-                break
-    assert ids is not None
+    if k <= 0 or k >= len(x):
+        return None
+    for margin in _MARGINS:  # the last margin (inf) takes every token: k fit then
+        ids = np.flatnonzero(x >= m - margin)
+        if len(ids) >= k:
+            break
     vals = x[ids]
     kth = np.partition(vals, -k)[-k]
     return ids[vals >= kth]
@@ -185,9 +173,13 @@ def probs(logits: np.ndarray, recent: Sequence[int], opts: SamplingOptions) -> n
         out = np.zeros(n, dtype=np.float64)
         out[greedy_token(logits, recent, opts)] = 1.0
         return out
-    x = _load(logits, recent, opts.repeat_penalty)
+    x = _scratch(n, 0)  # valid until the next call
+    x[...] = logits
+    if opts.repeat_penalty != 1.0 and len(recent):
+        ids = np.asarray(recent, dtype=np.intp)
+        x[ids] = _penalize(x[ids], opts.repeat_penalty)
     m = float(x.max())
-    keep = keep_top_k(x, m, None, opts.top_k)
+    keep = keep_top_k(x, m, opts.top_k)
     keep = keep_top_p(x, m, keep, opts.top_p)
     keep = keep_min_p(x, m, keep, opts.min_p)
     inv_t = 1.0 / opts.temperature
@@ -215,7 +207,6 @@ def sample(dist: np.ndarray, rng: np.random.Generator) -> int:
     # side="right" never lands on a zero-probability token: its CDF step is empty.
     i = int(cdf.searchsorted(rng.random() * cdf[-1], side="right"))
     return i if i < n else int(np.flatnonzero(dist)[-1])
-
 
 
 def top_probability(logits: np.ndarray) -> float:

@@ -9,16 +9,16 @@ max_tokens or a stop.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 # What a remote server may not report about speculation (Stats.unknown).
 SPECULATION = ("steps", "steps_drafted", "steps_empty", "drafted", "accepted")
-# Figures computed from others, with what they need.
+# Figures computed from others (in to_dict()'s order), with the fields they need.
 _DERIVED = {"acceptance": ("drafted", "accepted"), "tokens_per_step": ("steps",),
-            "mean_accepted": ("steps_drafted", "accepted"),
-            "prompt_evaluated": ("prompt_tokens",), "prompt_tokens_per_second": ("prompt_tokens",),
-            "speedup_estimate": ("steps",)}
+            "tokens_per_second": (), "mean_accepted": ("steps_drafted", "accepted"),
+            "plain_token_seconds": (), "speedup_estimate": ("steps",),
+            "prompt_evaluated": ("prompt_tokens",), "prompt_tokens_per_second": ("prompt_tokens",)}
 
 # Fewer in-answer plain steps than this are too noisy to stand for plain decoding's cost
 # (unless every step was plain): the calibrated cost is used instead.
@@ -138,76 +138,46 @@ class Stats(Rates):
             out[f.name] = list(value) if isinstance(value, tuple) else value
         out["sources"] = {name: {"steps": steps, "drafted": drafted, "accepted": accepted}
                           for name, steps, drafted, accepted in self.sources}
-        for name in ("acceptance", "tokens_per_step", "tokens_per_second", "mean_accepted",
-                     "plain_token_seconds", "speedup_estimate", "prompt_evaluated",
-                     "prompt_tokens_per_second"):
+        for name in _DERIVED:
             out[name] = getattr(self, name)
         for name in out:
             if name != "unknown" and not self.known(name):
                 out[name] = None
         return out
 
-
-@dataclass
-class StatsBuilder:
-    """The mutable side: the loop records into it and snapshots a Stats per event."""
-
-    mode: str
-    prompt_tokens: int = 0
-    prompt_cached: int = 0
-    prompt_restored: int = 0
-    prompt_seconds: float = 0.0
-    first_token_seconds: float = 0.0
-    generated: int = 0
-    steps: int = 0
-    steps_empty: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    drafted_by_position: list[int] = field(default_factory=list)
-    accepted_by_position: list[int] = field(default_factory=list)
-    accept_length_hist: list[int] = field(default_factory=list)
-    draft_seconds: float = 0.0
-    verify_seconds: float = 0.0
-    sample_seconds: float = 0.0
-    last_k: int = 0
-    plain_step_seconds: float = 0.0
-    plain_steps: int = 0
-    plain_seconds: float = 0.0
-    sources: dict[str, list[int]] = field(default_factory=dict)
-
-    def record_step(self, drafted: int, accepted: int, seconds: float = 0.0,
-                    source: str = "") -> None:
-        """One verify call; `seconds` (verify + sampling) is kept for plain steps."""
-        self.steps += 1
+    def with_step(self, drafted: int, accepted: int, source: str = "",
+                  draft_seconds: float = 0.0, verify_seconds: float = 0.0,
+                  sample_seconds: float = 0.0) -> Stats:
+        """These statistics and one more verify call; a plain step's verify and sampling
+        time also count as plain decoding's measured cost."""
+        sources = self.sources
         if drafted and source:
-            counts = self.sources.setdefault(source, [0, 0, 0])
-            counts[0] += 1
-            counts[1] += drafted
-            counts[2] += accepted
+            counts = {name: (steps, d, a) for name, steps, d, a in sources}
+            steps, d, a = counts.get(source, (0, 0, 0))
+            counts[source] = (steps + 1, d + drafted, a + accepted)
+            sources = tuple((name, *c) for name, c in sorted(counts.items()))
+        stats = dataclasses.replace(
+            self, steps=self.steps + 1, sources=sources,
+            draft_seconds=self.draft_seconds + draft_seconds,
+            verify_seconds=self.verify_seconds + verify_seconds,
+            sample_seconds=self.sample_seconds + sample_seconds)
         if drafted == 0:
-            self.steps_empty += 1
-            self.plain_steps += 1
-            self.plain_seconds += seconds
-            return
-        self.drafted += drafted
-        self.accepted += accepted
-        _grow(self.drafted_by_position, drafted)
-        _grow(self.accepted_by_position, drafted)
-        _grow(self.accept_length_hist, drafted + 1)
-        for i in range(drafted):
-            self.drafted_by_position[i] += 1
-        for i in range(accepted):
-            self.accepted_by_position[i] += 1
-        self.accept_length_hist[accepted] += 1
-
-    def snapshot(self, decode_seconds: float) -> Stats:
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        values = {name: tuple(v) if isinstance(v, list) else v for name, v in values.items()}
-        values["sources"] = tuple((name, *c) for name, c in sorted(self.sources.items()))
-        return Stats(**values, steps_drafted=self.steps - self.steps_empty,
-                     decode_seconds=decode_seconds)
+            return dataclasses.replace(stats, steps_empty=self.steps_empty + 1,
+                                       plain_steps=self.plain_steps + 1,
+                                       plain_seconds=self.plain_seconds
+                                       + (verify_seconds + sample_seconds))
+        return dataclasses.replace(
+            stats, steps_drafted=self.steps_drafted + 1, drafted=self.drafted + drafted,
+            accepted=self.accepted + accepted,
+            drafted_by_position=_counted(self.drafted_by_position, drafted, range(drafted)),
+            accepted_by_position=_counted(self.accepted_by_position, drafted, range(accepted)),
+            accept_length_hist=_counted(self.accept_length_hist, drafted + 1,
+                                        range(accepted, accepted + 1)))
 
 
-def _grow(values: list[int], size: int) -> None:
-    if len(values) < size:
-        values.extend([0] * (size - len(values)))
+def _counted(values: tuple[int, ...], size: int, ones: range) -> tuple[int, ...]:
+    """`values` grown to `size` with zeros, plus one at each index in `ones`."""
+    out = [*values, *[0] * (size - len(values))]
+    for i in ones:
+        out[i] += 1
+    return tuple(out)

@@ -17,8 +17,7 @@ class TextStream:
     """Feed token bytes in order; get back the text that is safe to print."""
 
     def __init__(self, stops: Sequence[str] = ()) -> None:
-        self.stops = tuple(s for s in stops if s)
-        self._matcher = StopMatcher(self.stops)
+        self._matcher = StopMatcher(stops)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._held = ""  # decoded, but could be the start of a stop string
         self.stopped = False

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 
 from specchat.engine.build import Hooks, generate
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, SamplingOptions
-from specchat.engine.stats import Stats, StatsBuilder
+from specchat.engine.stats import Stats
 from tests.support.fakes import FakeModel, TimedModel
 
 
 def test_recorded_steps_give_the_documented_numbers() -> None:
-    b = StatsBuilder(mode="ngram")
+    s = Stats(mode="ngram")
     for drafted, accepted in [(0, 0), (3, 3), (3, 1), (2, 0), (0, 0)]:
-        b.record_step(drafted, accepted)
-    b.generated = 9
-    s = b.snapshot(decode_seconds=3.0)
+        s = s.with_step(drafted, accepted)
+    s = replace(s, generated=9, decode_seconds=3.0)
     assert (s.steps, s.steps_drafted, s.steps_empty) == (5, 3, 2)
     assert (s.drafted, s.accepted, s.acceptance) == (8, 4, 0.5)
     assert s.accept_length_hist == (1, 1, 0, 1)
@@ -114,22 +114,21 @@ def test_estimate_from_this_runs_plain_steps_equals_the_real_speedup() -> None:
 
 
 def test_too_few_plain_steps_fall_back_to_the_calibrated_cost() -> None:
-    b = StatsBuilder(mode="auto", plain_step_seconds=0.02)
-    b.record_step(0, 0, seconds=0.5)  # one slow plain step: noise, not a cost
+    s = Stats(mode="auto", plain_step_seconds=0.02)
+    s = s.with_step(0, 0, verify_seconds=0.5)  # one slow plain step: noise, not a cost
     for _ in range(4):
-        b.record_step(3, 3)
-    b.generated, b.verify_seconds, b.sample_seconds = 17, 0.5 + 4 * 0.05, 0.05
-    s = b.snapshot(decode_seconds=0.8)
+        s = s.with_step(3, 3)
+    s = replace(s, generated=17, verify_seconds=0.5 + 4 * 0.05, sample_seconds=0.05,
+                decode_seconds=0.8)
     assert s.plain_token_seconds == 0.02 + 0.05 / 5
     outside = 0.8 - 0.7 - 0.05
     assert s.speedup_estimate == (17 * (0.02 + 0.01) + outside) / 0.8
 
 
 def test_enough_plain_steps_replace_the_calibrated_cost() -> None:
-    b = StatsBuilder(mode="auto", plain_step_seconds=0.02)
+    s = Stats(mode="auto", plain_step_seconds=0.02)
     for _ in range(4):
-        b.record_step(0, 0, seconds=0.04)  # the machine is slower than calibrated
-    b.generated, b.verify_seconds = 4, 0.16
-    s = b.snapshot(decode_seconds=0.16)
+        s = s.with_step(0, 0, verify_seconds=0.04)  # the machine is slower than calibrated
+    s = replace(s, generated=4, verify_seconds=0.16, decode_seconds=0.16)
     assert s.plain_token_seconds == 0.04 and s.speedup_estimate == 1.0
     assert Stats(mode="auto", generated=3, steps=3, decode_seconds=1.0).speedup_estimate is None
