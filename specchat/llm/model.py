@@ -37,6 +37,7 @@ from specchat.llm.lib import (
     read_metadata,
 )
 from specchat.llm.seqtree import TREE_SEQUENCES, TreeBatches, sequence_zero, sequences_for
+from specchat.llm.sidefill import SideFill
 from specchat.llm.vocab import VOCAB_TYPES, VocabInfo
 
 DECODE_ABORTED = 2  # llama_decode's code for a batch its abort callback stopped
@@ -137,6 +138,7 @@ class LlamaModel(TreeBatches):
         self._token_in = np.ctypeslib.as_array(self._batch.token, shape=(n_batch,))
         self._pos_in = np.ctypeslib.as_array(self._batch.pos, shape=(n_batch,))
         self._want_out = np.ctypeslib.as_array(self._batch.logits, shape=(n_batch,))
+        self._side = SideFill()  # an exact target's long prefill in a plain context
 
     # --- LogitsModel ---------------------------------------------------------------------------
     @property
@@ -164,9 +166,10 @@ class LlamaModel(TreeBatches):
         on the rows it holds. If anything fails part way (Ctrl-C included), the chunks already
         decoded stay cached and `tokens` says so; the failing chunk is removed.
         """
-        self._check_open()
-        self._drop_tree()
+        self._check_open(settle=False)
         n = len(tokens)
+        self._side.before_eval(self, n)
+        self._drop_tree()
         rows = normalize_rows(logit_rows, n)
         start = len(self._tokens)
         if start + n > self._n_ctx:
@@ -311,6 +314,7 @@ class LlamaModel(TreeBatches):
 
     def cached_positions(self) -> int:
         """How many positions llama.cpp's cache holds (== len(tokens); for checks and tests)."""
+        self._check_open()
         return int(llama_cpp.llama_memory_seq_pos_max(self._mem, 0)) + 1
 
     def token_bytes(self, token: int) -> bytes:
@@ -402,13 +406,16 @@ class LlamaModel(TreeBatches):
         return model_vocab_info(self._model, self.path.name, self.metadata, self.eog_tokens)
 
     # --- lifetime --------------------------------------------------------------------------------
-    def _check_open(self) -> None:
+    def _check_open(self, settle: bool = True) -> None:
         if self._ctx is None:
             raise ModelError(f"{self.path.name} was closed")
+        if settle:  # whatever is not a prefill batch sees the exact context, filled
+            self._side.settle(self)
 
     def close(self) -> None:
         """Free the context, batch and weights; safe to call twice."""
         if self._ctx is not None:
+            self._side.discard(self)
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self._ctx)
             llama_cpp.llama_model_free(self._model)
