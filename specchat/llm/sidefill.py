@@ -151,14 +151,18 @@ class SideFill:
             return
         side, tokens = m._ctx, list(m._tokens)
         state = bf16_values(_state_of(side)) if tokens else None
-        self.discard(m)
-        m._tokens.clear()
-        if state is not None and _load(m._ctx, state) and \
-                int(llama_cpp.llama_memory_seq_pos_max(m._mem, 0)) + 1 == len(tokens):
-            m._tokens.extend(tokens)
-            self.moved += 1
-            return
-        llama_cpp.llama_memory_clear(m._mem, True)
+        try:
+            self.discard(m)
+            m._tokens.clear()
+            if state is not None and _load(m._ctx, state) and \
+                    int(llama_cpp.llama_memory_seq_pos_max(m._mem, 0)) + 1 == len(tokens):
+                m._tokens.extend(tokens)
+                self.moved += 1
+                return
+        finally:
+            if len(m._tokens) != len(tokens):  # not moved, or Ctrl-C in between: empty
+                m._tokens.clear()
+                llama_cpp.llama_memory_clear(m._mem, True)
         if tokens:
             self.enabled = False
             m.eval(tokens, [-1])
