@@ -54,7 +54,7 @@ def specchat_runner(path: str, n_ctx: int, threads: int, tokens: list[int],
                     exact: bool, side_fill: bool = True) -> Runner:
     model = load_model(path, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=0, exact=exact)
     assert model.exact == exact, "the exact target did not load exact"
-    model._side.enabled = side_fill  # exact-own: the exact context prefills itself
+    model.side_fill = side_fill  # exact-own: the exact context prefills itself
     return timed_prefill(model, tokens)
 
 

@@ -37,7 +37,7 @@ from specchat.llm.lib import (
     read_metadata,
 )
 from specchat.llm.seqtree import TREE_SEQUENCES, TreeBatches, sequence_zero, sequences_for
-from specchat.llm.sidefill import SideFill
+from specchat.llm.sidefill import SideFills
 from specchat.llm.vocab import VOCAB_TYPES, VocabInfo
 
 DECODE_ABORTED = 2  # llama_decode's code for a batch its abort callback stopped
@@ -99,7 +99,7 @@ def _checked_ctx(n_ctx: int, trained: int, path: Path) -> int:
 
 
 # --- the model ------------------------------------------------------------------------------------
-class LlamaModel(TreeBatches):
+class LlamaModel(TreeBatches, SideFills):
     """A loaded GGUF model and its KV cache; implements engine.protocol.LogitsModel (and
     TreeModel, through seqtree.TreeBatches).
 
@@ -138,7 +138,6 @@ class LlamaModel(TreeBatches):
         self._token_in = np.ctypeslib.as_array(self._batch.token, shape=(n_batch,))
         self._pos_in = np.ctypeslib.as_array(self._batch.pos, shape=(n_batch,))
         self._want_out = np.ctypeslib.as_array(self._batch.logits, shape=(n_batch,))
-        self._side = SideFill()  # an exact target's long prefill in a plain context
 
     # --- LogitsModel ---------------------------------------------------------------------------
     @property
@@ -168,7 +167,7 @@ class LlamaModel(TreeBatches):
         """
         self._check_open(settle=False)
         n = len(tokens)
-        self._side.before_eval(self, n)
+        self._side_before_eval(n)
         self._drop_tree()
         rows = normalize_rows(logit_rows, n)
         start = len(self._tokens)
@@ -410,12 +409,12 @@ class LlamaModel(TreeBatches):
         if self._ctx is None:
             raise ModelError(f"{self.path.name} was closed")
         if settle:  # whatever is not a prefill batch sees the exact context, filled
-            self._side.settle(self)
+            self._settle_side()
 
     def close(self) -> None:
         """Free the context, batch and weights; safe to call twice."""
         if self._ctx is not None:
-            self._side.discard(self)
+            self._discard_side()
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self._ctx)
             llama_cpp.llama_model_free(self._model)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 import llama_cpp
@@ -38,11 +39,14 @@ SIDE_FILL_FROM = 512
 # threshold in ggml-cpu/ops.cpp); a shorter call moves the cache into the exact context first.
 SIDE_ROWS = 64
 
+# What a state can be rewritten in: a bytearray in tests, llama.cpp's own buffer in use.
+Buffer = bytearray | memoryview | ctypes.Array[Any]
+
 
 class _Reader:
     """Bounds-checked little-endian reads over a state blob."""
 
-    def __init__(self, data: bytes | bytearray) -> None:
+    def __init__(self, data: memoryview) -> None:
         self.data, self.at = data, 0
 
     def take(self, fmt: str) -> int:
@@ -61,46 +65,50 @@ class _Reader:
         return start
 
 
-def bf16_values(state: bytes) -> bytes | None:
-    """The state of one sequence with its f16 V blocks turned bf16 (rounded to nearest even),
-    or None where the blob is not the layout this module knows."""
+def bf16_values(state: Buffer) -> bool:
+    """Turns the f16 V blocks of one sequence's state into bf16 (rounded to nearest even),
+    in place: a cache's state can be gigabytes, so it is never copied. False where the blob
+    is not the layout this module knows; it may then be half rewritten and must be dropped."""
     try:
-        return _rewrite(state)
-    except (ValueError, struct.error):
-        return None
+        return _rewrite(memoryview(state).cast("B"))
+    except (ValueError, TypeError, struct.error):
+        return False
 
 
-def _rewrite(state: bytes) -> bytes | None:
-    out = bytearray(state)
+def _rewrite(out: memoryview) -> bool:
     r = _Reader(out)
     r.take("<I")  # magic
     if r.take("<i") != 0 or r.take("<I") != 1:  # sequence 0, one stream (a unified cache)
-        return None
+        return False
     cells = r.take("<I")
     if cells == 0:
-        return None
+        return False
     for i in range(cells):
         if r.take("<i") != i or r.take("<I") != 1 or r.take("<i") != 0:
-            return None  # positions 0.. in order, each in sequence 0 only (no extra fields)
+            return False  # positions 0.. in order, each in sequence 0 only (no extra fields)
     v_trans, layers = r.take("<I"), r.take("<I")
     if v_trans != 0 or layers == 0:
-        return None
+        return False
     for _ in range(layers):  # K blocks stay as they are
         if r.take("<i") != GGML_TYPE_F16:
-            return None
+            return False
         r.skip(cells * r.take("<Q"))
-    for _ in range(layers):
+    blocks = []
+    for _ in range(layers):  # checked whole before any byte is changed
         type_at = r.at
         if r.take("<i") != GGML_TYPE_F16:
-            return None
+            return False
         row = r.take("<Q")
         if row % 2:
-            return None
-        start = r.skip(cells * row)
+            return False
+        blocks.append((type_at, r.skip(cells * row), cells * row // 2))
+    if r.at != len(out):
+        return False
+    for type_at, start, count in blocks:
         struct.pack_into("<i", out, type_at, GGML_TYPE_BF16)
-        block = np.frombuffer(out, dtype="<f2", count=cells * row // 2, offset=start)
-        out[start:start + cells * row] = _to_bf16(block).tobytes()
-    return bytes(out) if r.at == len(out) else None
+        block = np.frombuffer(out, dtype="<u2", count=count, offset=start)
+        block[:] = _to_bf16(block.view("<f2"))
+    return True
 
 
 def _to_bf16(values: np.ndarray) -> np.ndarray:
@@ -112,76 +120,86 @@ def _to_bf16(values: np.ndarray) -> np.ndarray:
     return np.where(nan, (bits >> 16) | 0x40, rounded).astype("<u2")
 
 
-class SideFill:
-    """The plain context an exact LlamaModel fills while a long prefill lasts.
+class SideFills:
+    """Mixin of LlamaModel (model.py): an exact target's long prefill in a plain context.
 
-    While one is active the model's `_ctx` is the plain context and the exact one is parked
-    here; `settle` moves the cache across before anything else touches the model. A context
-    is made per long prefill and freed at once: creating one costs milliseconds beside a
-    prefill of seconds, and keeping it would double the cache's memory for good.
+    While one fills, `_ctx` is the plain context and the exact one is parked; `_settle_side`
+    moves the cache across before anything else touches the model. A plain context is made
+    per long prefill and freed at once: creating one costs milliseconds beside a prefill of
+    seconds, and keeping it would double the cache's memory for good.
     """
 
-    def __init__(self) -> None:
-        self._parked: Any = None  # the exact context while the plain one fills
-        self.enabled = True  # off for good once a state did not have the known layout
-        self.moved = 0  # prefills moved into the exact context (for tests and benchmarks)
+    exact: bool
+    _model: Any
+    _ctx: Any
+    _mem: Any
+    _tokens: list[int]
+    _n_ctx: int
+    _n_batch: int
+    _sequences: int
+    _parked: Any = None  # the exact context while the plain one fills
+    side_fill = True  # off for good once a state did not have the known layout (or by hand)
+    side_fills = 0  # prefills moved into the exact context (for tests and benchmarks)
 
-    def before_eval(self, m: Any, n: int) -> None:
-        """Called by eval() with its batch length: start or keep filling the plain context
-        for a prefill, or settle before any other batch."""
+    def eval(self, tokens: Sequence[int], logit_rows: Sequence[int]) -> np.ndarray:
+        raise NotImplementedError
+
+    def _side_before_eval(self, n: int) -> None:
+        """Start or keep filling the plain context for a prefill of `n` tokens, or settle
+        before any other batch."""
         if self._parked is not None:
             if n < SIDE_ROWS:
-                self.settle(m)
-        elif self.enabled and m.exact and not m._tokens and n >= SIDE_FILL_FROM:
-            self._start(m)
+                self._settle_side()
+        elif self.side_fill and self.exact and not self._tokens and n >= SIDE_FILL_FROM:
+            threads = int(llama_cpp.llama_n_threads(self._ctx))
+            try:
+                side = new_context(self._model, self._n_ctx, self._n_batch, threads, True,
+                                   self._sequences)
+            except ModelError:
+                return  # no memory for a second cache: the exact context prefills itself
+            self._parked, self._ctx = self._ctx, side
+            self._mem = llama_cpp.llama_get_memory(side)
 
-    def _start(self, m: Any) -> None:
-        threads = int(llama_cpp.llama_n_threads(m._ctx))
-        try:
-            side = new_context(m._model, m._n_ctx, m._n_batch, threads, True, m._sequences)
-        except ModelError:
-            return  # no memory for a second cache: the exact context prefills itself
-        self._parked, m._ctx = m._ctx, side
-        m._mem = llama_cpp.llama_get_memory(side)
-
-    def settle(self, m: Any) -> None:
+    def _settle_side(self) -> None:
         """Put the plain context's cache into the exact one and free the plain one; where the
         state cannot be moved, prefill the exact context itself (never a wrong cache)."""
         if self._parked is None:
             return
-        side, tokens = m._ctx, list(m._tokens)
-        state = bf16_values(_state_of(side)) if tokens else None
+        tokens = list(self._tokens)
+        state = _state_of(self._ctx) if tokens else None
         try:
-            self.discard(m)
-            m._tokens.clear()
-            if state is not None and _load(m._ctx, state) and \
-                    int(llama_cpp.llama_memory_seq_pos_max(m._mem, 0)) + 1 == len(tokens):
-                m._tokens.extend(tokens)
-                self.moved += 1
+            self._discard_side()
+            self._tokens.clear()
+            if state is not None and bf16_values(state) and _load(self._ctx, state) and \
+                    int(llama_cpp.llama_memory_seq_pos_max(self._mem, 0)) + 1 == len(tokens):
+                self._tokens.extend(tokens)
+                self.side_fills += 1
                 return
         finally:
-            if len(m._tokens) != len(tokens):  # not moved, or Ctrl-C in between: empty
-                m._tokens.clear()
-                llama_cpp.llama_memory_clear(m._mem, True)
+            del state  # the only copy of the cache outside llama.cpp: freed before a refill
+            if len(self._tokens) != len(tokens):  # not moved, or Ctrl-C in between: empty
+                self._tokens.clear()
+                llama_cpp.llama_memory_clear(self._mem, True)
         if tokens:
-            self.enabled = False
-            m.eval(tokens, [-1])
+            self.side_fill = False
+            self.eval(tokens, [-1])
 
-    def discard(self, m: Any) -> None:
+    def _discard_side(self) -> None:
         """Free the plain context and put the exact one back, its cache as it was."""
         if self._parked is not None:
-            llama_cpp.llama_free(m._ctx)
-            m._ctx, self._parked = self._parked, None
-            m._mem = llama_cpp.llama_get_memory(m._ctx)
+            side, self._ctx, self._parked = self._ctx, self._parked, None
+            self._mem = llama_cpp.llama_get_memory(self._ctx)
+            llama_cpp.llama_free(side)
 
 
-def _state_of(ctx: Any) -> bytes:
+def _state_of(ctx: Any) -> memoryview | None:
+    """Sequence 0's state in one buffer of exactly its length (None: llama.cpp wrote none)."""
     size = int(llama_cpp.llama_state_seq_get_size(ctx, 0))
     buf = (ctypes.c_uint8 * size)()
     written = int(llama_cpp.llama_state_seq_get_data(ctx, buf, size, 0))
-    return ctypes.string_at(buf, written) if written > 0 else b""
+    return memoryview(buf).cast("B")[:written] if written > 0 else None
 
 
-def _load(ctx: Any, state: bytes) -> bool:
-    buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+def _load(ctx: Any, state: memoryview) -> bool:
+    buf = (ctypes.c_uint8 * len(state)).from_buffer(state)
     return int(llama_cpp.llama_state_seq_set_data(ctx, buf, len(state), 0)) == len(state)

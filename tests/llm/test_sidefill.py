@@ -1,5 +1,5 @@
 """Rewriting a serialized KV cache's V blocks from f16 to bf16 (llm/sidefill.py): the layout
-is checked field by field, and anything else is refused rather than half rewritten."""
+is checked field by field before any byte changes, and anything else is refused."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def state(cells: int = 3, layers: int = 2, row: int = 8, v_type: int = F16,
 
 def test_v_blocks_become_bf16_and_everything_else_stays() -> None:
     blob = state()
-    out = sidefill.bf16_values(blob)
-    assert out is not None and len(out) == len(blob)
+    out = bytearray(blob)
+    assert sidefill.bf16_values(out) and len(out) == len(blob)
     head = 16 + 3 * 12 + 8 + 2 * (12 + 3 * 8)
     assert out[:head] == blob[:head]  # cells and K blocks untouched
     v_at = head + 12
@@ -60,14 +60,16 @@ def test_f16_to_bf16_rounds_to_nearest_even() -> None:
     state(cells=0),
     b"",
 ])
-def test_a_state_of_another_layout_is_refused(blob: bytes) -> None:
-    assert sidefill.bf16_values(blob) is None
+def test_a_state_of_another_layout_is_refused_untouched(blob: bytes) -> None:
+    out = bytearray(blob)
+    assert not sidefill.bf16_values(out)
+    assert out == blob
 
 
 def test_cells_out_of_order_or_shared_are_refused() -> None:
     blob = bytearray(state())
     struct.pack_into("<i", blob, 16 + 12, 5)  # the second cell claims position 5
-    assert sidefill.bf16_values(bytes(blob)) is None
+    assert not sidefill.bf16_values(blob)
     blob = bytearray(state())
     struct.pack_into("<I", blob, 16 + 4, 2)  # the first cell in two sequences
-    assert sidefill.bf16_values(bytes(blob)) is None
+    assert not sidefill.bf16_values(blob)

@@ -37,15 +37,15 @@ def next_logits(model: LlamaModel, side: bool) -> tuple[np.ndarray, bool]:
     and whether prefills may still move afterwards."""
     tokens = prompt()
     model.truncate(0)
-    model._side.enabled = side
+    model.side_fill = side
     try:
         for lo in range(0, len(tokens) - 1, 512):
             model.eval(tokens[lo:min(lo + 512, len(tokens) - 1)], [-1])
         row = model.eval(tokens[-1:], [0])[0].copy()
         assert model.cached_positions() == len(tokens) == len(model.tokens)
-        return row, model._side.enabled
+        return row, model.side_fill
     finally:
-        model._side.enabled = True
+        model.side_fill = True
         model.truncate(0)
 
 
@@ -57,11 +57,11 @@ def close(got: np.ndarray, own: np.ndarray) -> bool:
 
 def test_a_moved_prefill_gives_the_exact_contexts_own_logits_up_to_rounding(
         exact: LlamaModel) -> None:
-    moved = exact._side.moved
+    moved = exact.side_fills
     own, _ = next_logits(exact, side=False)
-    assert exact._side.moved == moved
+    assert exact.side_fills == moved
     got, _ = next_logits(exact, side=True)
-    assert exact._side.moved == moved + 1
+    assert exact.side_fills == moved + 1
     assert got.argmax() == own.argmax() and close(got, own)
 
 
@@ -69,9 +69,9 @@ def test_negative_control_v_bits_moved_unconverted_give_other_logits(
         exact: LlamaModel, monkeypatch: pytest.MonkeyPatch) -> None:
     own, _ = next_logits(exact, side=False)
     monkeypatch.setattr(sidefill, "_to_bf16", lambda values: values.view("<u2"))
-    moved = exact._side.moved
+    moved = exact.side_fills
     wrong, _ = next_logits(exact, side=True)
-    assert exact._side.moved == moved + 1
+    assert exact.side_fills == moved + 1
     assert not close(wrong, own)
 
 
@@ -81,11 +81,13 @@ def test_a_state_that_cannot_move_falls_back_to_the_exact_contexts_own_prefill(
     own, _ = next_logits(exact, side=False)
     real = sidefill.bf16_values
     if breaks == "layout":  # one this module does not know: refused before loading
-        monkeypatch.setattr(sidefill, "bf16_values", lambda blob: real(blob[:-2]))
+        monkeypatch.setattr(sidefill, "bf16_values", lambda buf: real(buf[:-2]))
     else:  # one llama.cpp itself refuses
-        monkeypatch.setattr(sidefill, "bf16_values",
-                            lambda blob: b"\0\0\0\0" + real(blob)[4:])
-    moved = exact._side.moved
+        def bad_magic(buf: memoryview) -> bool:
+            buf[:4] = b"\0\0\0\0"
+            return bool(real(buf))
+        monkeypatch.setattr(sidefill, "bf16_values", bad_magic)
+    moved = exact.side_fills
     got, still_moving = next_logits(exact, side=True)
-    assert exact._side.moved == moved and not still_moving
+    assert exact.side_fills == moved and not still_moving
     assert np.array_equal(got, own)
