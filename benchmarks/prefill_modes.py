@@ -4,17 +4,19 @@ Cold time to first token of one long prompt: llama-cpp-python's `Llama` beside s
 default and exact targets, interleaved in one process, with paired 95% intervals.
 
     python benchmarks/prefill_modes.py [-m qwen2.5-coder-1.5b] [--tokens 3000] [--rounds 4]
-        [--threads 2] [--variants llama,llama-fa,default,exact]
+        [--threads 2] [--variants llama,llama-fa,default,exact,exact-own]
 
 The prompt is specchat's own source in the chat template (benchmarks/prefill.py), the same
 token ids for every variant. `llama`: `Llama(...)` at its defaults (flash attention off),
 `llama-fa`: the same with flash_attn=True; each run is `reset()` then `eval(tokens)` (the
 prompt's logits, the last row). `default` / `exact`: load_model(exact=False/True) and the
 engine's chunked prefill plus the first step, from an empty cache (what `specchat ask
---prompt-cache 0` does before its first token). The variants take turns in every round, the
-order rotating, so the machine's drift hits all alike. Prints every run, the median per
-variant, and each variant's time over the first one's with a paired bootstrap interval over
-rounds (specchat/bench/interval.py). Lives outside the package: it imports llama_cpp.
+--prompt-cache 0` does before its first token); `exact-own`: an exact target that prefills in
+its own context, not through a plain one (llm/sidefill.py), as before that existed. The
+variants take turns in every round, the order rotating, so the machine's drift hits all
+alike. Prints every run, the median per variant, and each variant's time over the first
+one's with a paired bootstrap interval over rounds (specchat/bench/interval.py). Lives
+outside the package: it imports llama_cpp.
 """
 
 from __future__ import annotations
@@ -49,9 +51,10 @@ def llama_runner(path: str, n_ctx: int, threads: int, tokens: list[int],
 
 
 def specchat_runner(path: str, n_ctx: int, threads: int, tokens: list[int],
-                    exact: bool) -> Runner:
+                    exact: bool, side_fill: bool = True) -> Runner:
     model = load_model(path, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=0, exact=exact)
     assert model.exact == exact, "the exact target did not load exact"
+    model.side_fill = side_fill  # exact-own: the exact context prefills itself
     return timed_prefill(model, tokens)
 
 
@@ -71,6 +74,7 @@ def main() -> int:
         "llama-fa": lambda: llama_runner(path, n_ctx, args.threads, tokens, True),
         "default": lambda: specchat_runner(path, n_ctx, args.threads, tokens, False),
         "exact": lambda: specchat_runner(path, n_ctx, args.threads, tokens, True),
+        "exact-own": lambda: specchat_runner(path, n_ctx, args.threads, tokens, True, False),
     }
     names = args.variants.split(",")
     runners = {name: makers[name]() for name in names}

@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 LLAMA_MODULES = {"specchat.llm.lib", "specchat.llm.model", "specchat.llm.context",
                  "specchat.llm.files",
-                 "specchat.llm.seqtree"}
+                 "specchat.llm.seqtree", "specchat.llm.sidefill"}
 
 
 def _module_name(path: Path) -> str:

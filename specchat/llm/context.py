@@ -19,14 +19,14 @@ def exact_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
     refuses a V cache type unlike K's, as MLA models do, gets a plain one)."""
     if exact and flash_attn is not False:
         try:
-            return _new_context(model, n_ctx, n_batch, n_threads, True, sequences,
+            return new_context(model, n_ctx, n_batch, n_threads, True, sequences,
                                  exact=True), True
         except ModelError:
             pass
-    return _new_context(model, n_ctx, n_batch, n_threads, flash_attn, sequences), False
+    return new_context(model, n_ctx, n_batch, n_threads, flash_attn, sequences), False
 
 
-def _new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
+def new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
                   flash_attn: bool | None = None, sequences: int = 1,
                   exact: bool = False) -> Any:
     params = llama_cpp.llama_context_default_params()

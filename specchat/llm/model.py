@@ -37,6 +37,7 @@ from specchat.llm.lib import (
     read_metadata,
 )
 from specchat.llm.seqtree import TREE_SEQUENCES, TreeBatches, sequence_zero, sequences_for
+from specchat.llm.sidefill import SideFills
 from specchat.llm.vocab import VOCAB_TYPES, VocabInfo
 
 DECODE_ABORTED = 2  # llama_decode's code for a batch its abort callback stopped
@@ -98,7 +99,7 @@ def _checked_ctx(n_ctx: int, trained: int, path: Path) -> int:
 
 
 # --- the model ------------------------------------------------------------------------------------
-class LlamaModel(TreeBatches):
+class LlamaModel(TreeBatches, SideFills):
     """A loaded GGUF model and its KV cache; implements engine.protocol.LogitsModel (and
     TreeModel, through seqtree.TreeBatches).
 
@@ -164,9 +165,10 @@ class LlamaModel(TreeBatches):
         on the rows it holds. If anything fails part way (Ctrl-C included), the chunks already
         decoded stay cached and `tokens` says so; the failing chunk is removed.
         """
-        self._check_open()
-        self._drop_tree()
+        self._check_open(settle=False)
         n = len(tokens)
+        self._side_before_eval(n)
+        self._drop_tree()
         rows = normalize_rows(logit_rows, n)
         start = len(self._tokens)
         if start + n > self._n_ctx:
@@ -311,6 +313,7 @@ class LlamaModel(TreeBatches):
 
     def cached_positions(self) -> int:
         """How many positions llama.cpp's cache holds (== len(tokens); for checks and tests)."""
+        self._check_open()
         return int(llama_cpp.llama_memory_seq_pos_max(self._mem, 0)) + 1
 
     def token_bytes(self, token: int) -> bytes:
@@ -402,13 +405,16 @@ class LlamaModel(TreeBatches):
         return model_vocab_info(self._model, self.path.name, self.metadata, self.eog_tokens)
 
     # --- lifetime --------------------------------------------------------------------------------
-    def _check_open(self) -> None:
+    def _check_open(self, settle: bool = True) -> None:
         if self._ctx is None:
             raise ModelError(f"{self.path.name} was closed")
+        if settle:  # whatever is not a prefill batch sees the exact context, filled
+            self._settle_side()
 
     def close(self) -> None:
         """Free the context, batch and weights; safe to call twice."""
         if self._ctx is not None:
+            self._discard_side()
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self._ctx)
             llama_cpp.llama_model_free(self._model)

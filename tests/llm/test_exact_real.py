@@ -93,3 +93,20 @@ def test_greedy_answers_past_the_split_equal_plain_decoding_token_for_token(
                                                                draft_max=2), draft)
                 at = common_prefix(off.tokens, spec.tokens)
                 assert spec.tokens == off.tokens, f"{mode} left off's answer at token {at}"
+
+
+def test_after_a_prefill_moved_from_a_plain_context_greedy_answers_still_equal_off(
+        exact: LlamaModel, real_model_path: Callable[[str], Path], tmp_path: Path) -> None:
+    q2 = files.requantize(real_model_path("smollm2-135m"), tmp_path / "q2.gguf", "Q2_K")
+    document = " ".join(PROMPTS) * 8
+    moved = exact.side_fills
+    prompt = prompt_of(exact, f"{document}\n\n{PROMPTS[0]}")  # a minute per prompt here
+    assert len(prompt) >= 600
+    off = answer(exact, prompt, GenerationOptions(max_tokens=32, spec="off"))
+    with backend.load_model(q2, n_ctx=2048, n_gpu_layers=0) as draft:
+        for mode in ("draft", "ngram"):
+            spec = answer(exact, prompt, GenerationOptions(max_tokens=32, spec=mode,
+                                                           draft_max=2), draft)
+            at = common_prefix(off.tokens, spec.tokens)
+            assert spec.tokens == off.tokens, f"{mode} left off's answer at token {at}"
+    assert exact.side_fills > moved, "no prefill went through the plain context"
