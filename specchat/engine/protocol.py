@@ -62,6 +62,7 @@ class ContextFullError(Exception):
 
     def __init__(self, needed: int, n_ctx: int) -> None:
         super().__init__(f"{needed} positions needed, context holds {n_ctx}")
+        self.needed = needed
         self.n_ctx = n_ctx
 
 
