@@ -4,7 +4,7 @@ Cold time to first token of one long prompt: llama-cpp-python's `Llama` beside s
 default and exact targets, interleaved in one process, with paired 95% intervals.
 
     python benchmarks/prefill_modes.py [-m qwen2.5-coder-1.5b] [--tokens 3000] [--rounds 4]
-        [--threads 2] [--variants llama,llama-fa,default,exact,exact-own]
+        [--threads 2] [--variants llama,llama-fa,default,exact,exact-own] [--warm N]
 
 The prompt is specchat's own source in the chat template (benchmarks/prefill.py), the same
 token ids for every variant. `llama`: `Llama(...)` at its defaults (flash attention off),
@@ -12,7 +12,9 @@ token ids for every variant. `llama`: `Llama(...)` at its defaults (flash attent
 prompt's logits, the last row). `default` / `exact`: load_model(exact=False/True) and the
 engine's chunked prefill plus the first step, from an empty cache (what `specchat ask
 --prompt-cache 0` does before its first token); `exact-own`: an exact target that prefills in
-its own context, not through a plain one (llm/sidefill.py), as before that existed. The
+its own context, not through a plain one (llm/sidefill.py), as before that existed. With
+`--warm N` every run starts from a cache that already holds the prompt's first N tokens
+(filled untimed: a later turn, a prompt-cache hit) and times the rest. The
 variants take turns in every round, the order rotating, so the machine's drift hits all
 alike. Prints every run, the median per variant, and each variant's time over the first
 one's with a paired bootstrap interval over rounds (specchat/bench/interval.py). Lives
@@ -38,24 +40,26 @@ Runner = Callable[[], float]
 
 
 def llama_runner(path: str, n_ctx: int, threads: int, tokens: list[int],
-                 flash_attn: bool) -> Runner:
+                 flash_attn: bool, warm: int) -> Runner:
     llm = llama_cpp.Llama(path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                           n_gpu_layers=0, flash_attn=flash_attn, verbose=False)
 
     def run() -> float:
         llm.reset()
+        if warm:
+            llm.eval(tokens[:warm])
         t0 = time.perf_counter()
-        llm.eval(tokens)
+        llm.eval(tokens[warm:])
         return time.perf_counter() - t0
     return run
 
 
-def specchat_runner(path: str, n_ctx: int, threads: int, tokens: list[int],
+def specchat_runner(path: str, n_ctx: int, threads: int, tokens: list[int], warm: int,
                     exact: bool, side_fill: bool = True) -> Runner:
     model = load_model(path, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=0, exact=exact)
     assert model.exact == exact, "the exact target did not load exact"
     model.side_fill = side_fill  # exact-own: the exact context prefills itself
-    return timed_prefill(model, tokens)
+    return timed_prefill(model, tokens, warm)
 
 
 def main() -> int:
@@ -65,21 +69,27 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--variants", default="llama,llama-fa,default,exact")
+    ap.add_argument("--warm", type=int, default=0,
+                    help="tokens of the prompt already cached before each timed run")
     args = ap.parse_args()
     path = str(resolve_model(args.model))
     n_ctx = args.tokens + 1024
     _, tokens = long_prompt(path, args.tokens, args.threads)
+    warm = args.warm
+    if not 0 <= warm < len(tokens) - 1:
+        ap.error(f"--warm must be in [0, {len(tokens) - 1})")
     makers: dict[str, Callable[[], Runner]] = {
-        "llama": lambda: llama_runner(path, n_ctx, args.threads, tokens, False),
-        "llama-fa": lambda: llama_runner(path, n_ctx, args.threads, tokens, True),
-        "default": lambda: specchat_runner(path, n_ctx, args.threads, tokens, False),
-        "exact": lambda: specchat_runner(path, n_ctx, args.threads, tokens, True),
-        "exact-own": lambda: specchat_runner(path, n_ctx, args.threads, tokens, True, False),
+        "llama": lambda: llama_runner(path, n_ctx, args.threads, tokens, False, warm),
+        "llama-fa": lambda: llama_runner(path, n_ctx, args.threads, tokens, True, warm),
+        "default": lambda: specchat_runner(path, n_ctx, args.threads, tokens, warm, False),
+        "exact": lambda: specchat_runner(path, n_ctx, args.threads, tokens, warm, True),
+        "exact-own": lambda: specchat_runner(path, n_ctx, args.threads, tokens, warm, True,
+                                             False),
     }
     names = args.variants.split(",")
     runners = {name: makers[name]() for name in names}
     times: dict[str, list[float]] = {name: [] for name in names}
-    print(f"prompt {len(tokens)} tokens, threads {args.threads}, "
+    print(f"prompt {len(tokens)} tokens ({warm} cached), threads {args.threads}, "
           f"load before {os.getloadavg()[0]:.2f}", flush=True)
     for r in range(args.rounds):
         shift = r % len(names)
@@ -90,8 +100,8 @@ def main() -> int:
     base = names[0]
     for name in names:
         # Seconds over the baseline's: the baseline's speed over this one's, paired by round.
-        interval = paired_ratio([(len(tokens), s) for s in times[base]],
-                                [(len(tokens), s) for s in times[name]])
+        interval = paired_ratio([(len(tokens) - warm, s) for s in times[base]],
+                                [(len(tokens) - warm, s) for s in times[name]])
         ci = interval.text() if interval else "-"
         ratio = f"{interval.ratio:.3f}" if interval else "-"
         print(f"{name:9s} median {statistics.median(times[name]):7.2f}s  "

@@ -24,9 +24,9 @@ What it costs, and why no other V type does better in this llama.cpp:
   (a GEMM over tiles of queries and cells) also requires K and V of one type, f16 or f32. So
   the types that keep single steps off the split path also keep a prefill on the per-row
   kernel, every query row reading every cell on its own: about 1.5x the time. So a long
-  prefill into an empty cache runs in a plain context and its cache moves over
-  (llm/sidefill.py): EXACT_PREFILL_COST. A long prefill after cached tokens (a warm prompt
-  cache, a later turn) still pays the per-row kernel: EXACT_WARM_PREFILL_COST.
+  prefill runs in a plain context and its cache moves over (llm/sidefill.py), from an empty
+  cache (EXACT_PREFILL_COST) as after cached tokens (a warm prompt cache, a later turn), which
+  are copied across first (EXACT_WARM_PREFILL_COST).
 - an f32 V cache is no way out: llama.cpp's graph casts an f32 K or V to f16 before flash
   attention (llama-graph.cpp, build_attn_mha), so K f16 with V f32 reaches the kernel as f16
   and f16, and single steps take the split path again (not exact), while every graph pays

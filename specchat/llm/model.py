@@ -167,8 +167,8 @@ class LlamaModel(TreeBatches, SideFills):
         """
         self._check_open(settle=False)
         n = len(tokens)
+        self._drop_tree()  # before the exact context may be parked
         self._side_before_eval(n)
-        self._drop_tree()
         rows = normalize_rows(logit_rows, n)
         start = len(self._tokens)
         if start + n > self._n_ctx:

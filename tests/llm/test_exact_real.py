@@ -111,3 +111,25 @@ def test_after_a_prefill_moved_from_a_plain_context_greedy_answers_still_equal_o
             at = common_prefix(off.tokens, spec.tokens)
             assert spec.tokens == off.tokens, f"{mode} left off's answer at token {at}"
     assert exact.side_fills > moved, "no prefill went through the plain context"
+
+
+def test_after_a_prefill_moved_past_cached_tokens_greedy_answers_still_equal_off(
+        exact: LlamaModel, real_model_path: Callable[[str], Path], tmp_path: Path) -> None:
+    q2 = files.requantize(real_model_path("smollm2-135m"), tmp_path / "q2.gguf", "Q2_K")
+    prompt = prompt_of(exact, f"{' '.join(PROMPTS) * 8}\n\n{PROMPTS[1]}")
+    warm = 300  # cached first, as an earlier turn would leave it; the rest is a long prefill
+    assert len(prompt) - warm >= 600
+    moved = exact.side_fills
+
+    def from_warm(mode: str, draft: LlamaModel | None = None) -> list[int]:
+        exact.truncate(0)
+        exact.eval(prompt[:warm], [-1])
+        options = GenerationOptions(max_tokens=32, spec=mode, draft_max=2)
+        return list(answer(exact, prompt, options, draft).tokens)
+
+    off = from_warm("off")
+    with backend.load_model(q2, n_ctx=2048, n_gpu_layers=0) as draft:
+        for mode in ("draft", "ngram"):
+            spec = from_warm(mode, draft)
+            assert spec == off, f"{mode} left off's answer at token {common_prefix(off, spec)}"
+    assert exact.side_fills == moved + 3, "not every long prefill went through the plain context"

@@ -73,3 +73,66 @@ def test_cells_out_of_order_or_shared_are_refused() -> None:
     blob = bytearray(state())
     struct.pack_into("<I", blob, 16 + 4, 2)  # the first cell in two sequences
     assert not sidefill.bf16_values(blob)
+
+
+def bf16_state(cells: int, values: np.ndarray, layers: int = 2, row: int = 8) -> bytearray:
+    """A state whose V blocks hold `values` (cells * row / 2 of them) in bf16."""
+    out = bytearray(state(cells, layers, row, values=np.zeros(cells * row // 2)))
+    assert sidefill.bf16_values(out)
+    found = sidefill._v_blocks(memoryview(out), BF16)
+    assert found is not None
+    bits = (np.asarray(values, np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+    for _, start, _ in found[1]:
+        out[start:start + len(bits)] = bits
+    return out
+
+
+def v_floats(blob: bytearray, v_type: int) -> np.ndarray:
+    found = sidefill._v_blocks(memoryview(blob), v_type)
+    assert found is not None
+    cells, blocks = found
+    _, start, row = blocks[0]
+    raw = np.frombuffer(blob, "<u2", cells * row // 2, start)
+    return raw.view("<f2").astype(np.float32) if v_type == F16 else \
+        (raw.astype(np.uint32) << 16).view(np.float32)
+
+
+def test_bf16_values_within_f16s_range_go_to_f16_and_back_unchanged() -> None:
+    values = np.array([1.0, -2.5, 0.0078125, 300.0, -65280.0, 0.5, 3.0, 1.5, 2.0, -1.0, 4.0,
+                       0.25], np.float32)
+    blob = bf16_state(3, values)
+    assert sidefill.f16_values(blob)
+    assert v_floats(blob, F16).tolist() == values.tolist()
+    assert sidefill.bf16_values(blob)
+    assert v_floats(blob, BF16).tolist() == values.tolist()
+
+
+def test_a_value_beyond_f16s_range_refuses_the_move_to_f16() -> None:
+    values = np.full(12, 1.0, np.float32)
+    values[5] = 1e6  # a bf16 value f16 can only hold as infinity
+    assert not sidefill.f16_values(bf16_state(3, values))
+    values[5] = np.inf  # an infinity stays one: nothing is lost
+    assert sidefill.f16_values(bf16_state(3, values))
+
+
+def test_keep_rows_puts_back_the_earlier_cells_own_bits_and_nothing_else() -> None:
+    tiny = np.float32(2 ** -20 * (1 + 2 ** -7))  # an f16 subnormal loses its low bits
+    prefix = bf16_state(2, np.full(8, tiny))
+    longer_values = np.concatenate([np.full(8, tiny), np.arange(4, dtype=np.float32)])
+    longer = bf16_state(3, longer_values)
+    assert sidefill.f16_values(longer) and sidefill.bf16_values(longer)
+    assert v_floats(longer, BF16)[0] != tiny  # the round trip through f16 changed it
+    assert sidefill.keep_rows(longer, prefix)
+    assert v_floats(longer, BF16).tolist() == longer_values.tolist()
+
+
+@pytest.mark.parametrize("prefix", [
+    bf16_state(3, np.zeros(12)),  # as many cells: nothing new to keep them beside
+    bf16_state(2, np.zeros(4), row=4),  # another row size
+    bytearray(state(2)),  # V still f16
+])
+def test_keep_rows_refuses_a_prefix_that_does_not_match_untouched(prefix: bytearray) -> None:
+    longer = bf16_state(3, np.ones(12))
+    before = bytes(longer)
+    assert not sidefill.keep_rows(longer, prefix)
+    assert longer == before

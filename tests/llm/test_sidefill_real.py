@@ -1,7 +1,7 @@
 """An exact target's long prefill through a plain context (llm/sidefill.py) on a real model:
-the moved cache gives the exact context's own next-token logits up to rounding, a wrong
-rewrite would not, and a state that cannot be moved falls back to the exact context's own
-prefill."""
+the moved cache gives the exact context's own next-token logits up to rounding, from an empty
+cache as after cached tokens (which keep their own bits), a wrong rewrite would not, and a
+state that cannot be moved falls back to the exact context's own prefill."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ LlamaModel = backend.LlamaModel
 pytestmark = pytest.mark.real
 
 PROMPT = 700  # more than SIDE_FILL_FROM, and past the split-KV threshold of 512 cells
+WARM = 200  # cached before a long prefill of the rest (fewer than SIDE_FILL_FROM: no move)
 
 
 @pytest.fixture(scope="module")
@@ -90,4 +91,59 @@ def test_a_state_that_cannot_move_falls_back_to_the_exact_contexts_own_prefill(
     moved = exact.side_fills
     got, still_moving = next_logits(exact, side=True)
     assert exact.side_fills == moved and not still_moving
+    assert np.array_equal(got, own)
+
+
+def warm_logits(model: LlamaModel, side: bool) -> tuple[np.ndarray, bytes, bytes]:
+    """The prompt's first WARM tokens filled in the exact context itself, then the rest in one
+    long prefill and the last token's step; and sequence 0's state before and after."""
+    tokens = prompt() + prompt()[:WARM]
+    model.truncate(0)
+    model.side_fill = side
+    try:
+        model.eval(tokens[:WARM], [-1])
+        before = model.save_state()
+        model.eval(tokens[WARM:-1], [-1])
+        row = model.eval(tokens[-1:], [0])[0].copy()
+        assert model.cached_positions() == len(tokens) == len(model.tokens)
+        return row, before, model.save_state()
+    finally:
+        model.side_fill = True
+        model.truncate(0)
+
+
+def v_rows(blob: bytes, cells: int) -> list[bytes]:
+    """Every layer's V bytes of the first `cells` cells of a state with bf16 V."""
+    found = sidefill._v_blocks(memoryview(blob), sidefill.GGML_TYPE_BF16)
+    assert found is not None
+    return [blob[start:start + cells * row] for _, start, row in found[1]]
+
+
+def test_a_prefill_after_cached_tokens_moves_and_the_cached_cells_keep_their_bits(
+        exact: LlamaModel) -> None:
+    own, _, _ = warm_logits(exact, side=False)
+    moved = exact.side_fills
+    got, before, after = warm_logits(exact, side=True)
+    assert exact.side_fills == moved + 1
+    assert got.argmax() == own.argmax() and close(got, own)
+    assert v_rows(after, WARM) == v_rows(before, WARM)
+
+
+def test_negative_control_cached_cells_moved_unconverted_give_other_logits(
+        exact: LlamaModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    own, _, _ = warm_logits(exact, side=False)
+    monkeypatch.setattr(sidefill, "_to_f16", lambda block: block)  # bf16 bits read as f16
+    moved = exact.side_fills
+    wrong, _, _ = warm_logits(exact, side=True)
+    assert exact.side_fills == moved + 1
+    assert not close(wrong, own)
+
+
+def test_cached_tokens_that_cannot_move_leave_the_exact_context_to_prefill_this_once(
+        exact: LlamaModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    own, _, _ = warm_logits(exact, side=False)
+    monkeypatch.setattr(sidefill, "f16_values", lambda buf: False)
+    moved = exact.side_fills
+    got, _, _ = warm_logits(exact, side=True)
+    assert exact.side_fills == moved and exact.side_fill
     assert np.array_equal(got, own)
