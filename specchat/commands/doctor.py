@@ -172,12 +172,12 @@ def _exact_meaning(exact: bool, flash_attn: str) -> str:
     if flash_attn == "off":
         return "asked for, but flash attention is pinned off, without which no batch is " \
                "exact: greedy answers may differ from --spec off at near-ties"
-    from specchat.llm.exact import EXACT_PREFILL_COST, EXACT_ROWS, EXACT_WARM_PREFILL_COST
+    from specchat.llm.exact import EXACT_PREFILL_COST, EXACT_ROWS
 
     return f"on for targets on the CPU (V cache bf16, at most {EXACT_ROWS} rows per greedy " \
-           "verify): greedy answers equal --spec off's; a long prompt's cold prefill takes " \
-           f"about {EXACT_PREFILL_COST:.1f}x as long as without (after cached tokens " \
-           f"{EXACT_WARM_PREFILL_COST:.1f}x); not applied to layers on a GPU"
+           "verify): greedy answers equal --spec off's; a long prefill (cold or after " \
+           f"cached tokens) takes about {EXACT_PREFILL_COST:.1f}x as long as without; not " \
+           "applied to layers on a GPU"
 
 
 def _draft_store_rows() -> list[tuple[str, str]]:

@@ -25,8 +25,8 @@ What it costs, and why no other V type does better in this llama.cpp:
   the types that keep single steps off the split path also keep a prefill on the per-row
   kernel, every query row reading every cell on its own: about 1.5x the time. So a long
   prefill runs in a plain context and its cache moves over (llm/sidefill.py), from an empty
-  cache (EXACT_PREFILL_COST) as after cached tokens (a warm prompt cache, a later turn), which
-  are copied across first (EXACT_WARM_PREFILL_COST).
+  cache as after cached tokens (a warm prompt cache, a later turn), which are copied across
+  first: EXACT_PREFILL_COST.
 - an f32 V cache is no way out: llama.cpp's graph casts an f32 K or V to f16 before flash
   attention (llama-graph.cpp, build_attn_mha), so K f16 with V f32 reaches the kernel as f16
   and f16, and single steps take the split path again (not exact), while every graph pays
@@ -38,12 +38,10 @@ from __future__ import annotations
 GGML_TYPE_F16 = 1
 GGML_TYPE_BF16 = 30  # ggml.h's enum value; the 0.3.x bindings do not name it
 EXACT_ROWS = 3  # most rows one verify batch holds when exact (the repacked kernels: 4)
-# A long prompt's cold prefill into an exact target over a plain one: the median of the paired
-# rounds of benchmarks/prefill_modes.py (docs/performance.md has the run and its interval).
+# A long prefill into an exact target over a plain one's, cold or after cached tokens: the
+# paired rounds of benchmarks/prefill_modes.py, with and without --warm (docs/performance.md
+# has the runs and their intervals; 1.5-1.7x before llm/sidefill.py).
 EXACT_PREFILL_COST = 1.0
-# The same for a long prefill after cached tokens, which stays in the exact context (1.47x
-# before llm/sidefill.py, same benchmark).
-EXACT_WARM_PREFILL_COST = 1.5
 
 
 def kv_types(exact: bool) -> tuple[int, int]:
