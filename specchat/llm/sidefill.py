@@ -242,23 +242,27 @@ class SideFills:
             return
         tokens, prefix, held = list(self._tokens), self._prefix, self._held
         state = _state_of(self._ctx) if len(tokens) > held else None
-        self._discard_side()
-        del self._tokens[held:]
-        loading = False
+        moved = loading = False
         try:
+            self._discard_side()
+            del self._tokens[held:]  # what the exact context itself still holds
             if state is not None and bf16_values(state) and \
                     (prefix is None or keep_rows(state, prefix)):
                 loading = True  # from here a failed load has emptied the exact cache
                 if _load(self._ctx, state) and \
                         int(llama_cpp.llama_memory_seq_pos_max(self._mem, 0)) + 1 == len(tokens):
                     self._tokens[:] = tokens
-                    self.side_fills += 1
-                    return
+                    moved = True
         finally:
             del state, prefix  # the copies of the cache outside llama.cpp: freed before a refill
-            if len(self._tokens) != len(tokens) and loading:
+            if not moved and (loading or len(self._tokens) != held):
+                # a failed load, or Ctrl-C part way: an empty cache, never a wrong one
+                self._discard_side()
                 self._tokens.clear()
                 llama_cpp.llama_memory_clear(self._mem, True)
+        if moved:
+            self.side_fills += 1
+            return
         if len(self._tokens) == len(tokens):
             return  # the plain context had filled nothing
         self.side_fill = False

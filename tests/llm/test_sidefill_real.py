@@ -147,3 +147,27 @@ def test_cached_tokens_that_cannot_move_leave_the_exact_context_to_prefill_this_
     got, _, _ = warm_logits(exact, side=True)
     assert exact.side_fills == moved and exact.side_fill
     assert np.array_equal(got, own)
+
+
+def test_ctrl_c_while_moving_back_leaves_a_cache_that_says_what_it_holds(
+        exact: LlamaModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    tokens = prompt() + prompt()[:WARM]
+    exact.truncate(0)
+    exact.eval(tokens[:WARM], [-1])
+    exact.eval(tokens[WARM:-1], [-1])  # parked behind the plain context
+    real = type(exact)._discard_side
+
+    def interrupted(model: LlamaModel) -> None:
+        real(model)
+        monkeypatch.setattr(type(exact), "_discard_side", real)
+        raise KeyboardInterrupt  # after the plain context is freed, before anything else
+
+    monkeypatch.setattr(type(exact), "_discard_side", interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            exact.eval(tokens[-1:], [0])
+        assert exact.cached_positions() == len(exact.tokens)
+        row = exact.eval(tokens[len(exact.tokens):], [-1])[0]  # and it goes on from there
+        assert np.isfinite(row).all() and len(exact.tokens) == len(tokens)
+    finally:
+        exact.truncate(0)
