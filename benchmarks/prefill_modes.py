@@ -9,9 +9,10 @@ default and exact targets, interleaved in one process, with paired 95% intervals
 The prompt is specchat's own source in the chat template (benchmarks/prefill.py), the same
 token ids for every variant. `llama`: `Llama(...)` at its defaults (flash attention off),
 `llama-fa`: the same with flash_attn=True; each run is `reset()` then `eval(tokens)` (the
-prompt's logits, the last row). `default` / `exact`: load_model(exact=False/True) and the
-engine's chunked prefill plus the first step, from an empty cache (what `specchat ask
---prompt-cache 0` does before its first token); `exact-own`: an exact target that prefills in
+prompt's logits, the last row). `default` / `exact`: load_model(exact=False/True), flash
+attention as `auto` sets it on the CPU (off / on), and the engine's chunked prefill plus the
+first step, from an empty cache (what `specchat ask --prompt-cache 0` does before its first
+token); `exact-own`: an exact target that prefills in
 its own context, not through a plain one (llm/sidefill.py), as before that existed. With
 `--warm N` every run starts from a cache that already holds the prompt's first N tokens
 (filled untimed: a later turn, a prompt-cache hit) and times the rest. The
@@ -32,6 +33,7 @@ from collections.abc import Callable
 import llama_cpp
 from prefill import long_prompt, timed_prefill  # benchmarks/prefill.py, beside this file
 
+from specchat.backend.flashattn import unmeasured
 from specchat.bench.interval import paired_ratio
 from specchat.llm import load_model
 from specchat.models import resolve_model
@@ -56,7 +58,9 @@ def llama_runner(path: str, n_ctx: int, threads: int, tokens: list[int],
 
 def specchat_runner(path: str, n_ctx: int, threads: int, tokens: list[int], warm: int,
                     exact: bool, side_fill: bool = True) -> Runner:
-    model = load_model(path, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=0, exact=exact)
+    # Flash attention as `specchat` loads a target on the CPU by default (auto).
+    model = load_model(path, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=0, exact=exact,
+                       flash_attn=unmeasured(on_cpu=True, exact=exact))
     assert model.exact == exact, "the exact target did not load exact"
     model.side_fill = side_fill  # exact-own: the exact context prefills itself
     return timed_prefill(model, tokens, warm)

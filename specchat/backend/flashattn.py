@@ -5,9 +5,13 @@ The two settings are different kernels: at a near-tie they can pick different gr
 machine. The rule:
 
 - `--flash-attn on|off` (or the config file) pins it;
-- `auto` (the default) is llama.cpp's own default, unless `specchat bench --calibrate`
-  confirmed a large difference here: every round quiet (Quiet), and the same setting faster
-  by LARGE in every round. An unconfirmed measurement changes nothing.
+- `auto` (the default): a `specchat bench --calibrate` measurement that confirmed a large
+  difference here (every round quiet (Quiet), and the same setting faster by LARGE in every
+  round) decides; an unconfirmed measurement changes nothing. Without one, a model whose
+  layers all run on the CPU loads with it off: there a single-token step after a few hundred
+  cached tokens is ~10% faster without it (docs/performance.md), and any thread count gives
+  the same logits (docs/exactness.md). An exact target keeps it on (llm/exact.py), and
+  layers on a GPU keep llama.cpp's own default.
 
 Nothing is measured when a chat or an answer starts.
 """
@@ -28,15 +32,22 @@ FLASH_DEPTHS = (64, 384)  # its cost moves with the depth (issue 13)
 PINNED = {"on": True, "off": False}
 
 
-def choice(setting: str, confirmed: object) -> bool | None:
+def choice(setting: str, confirmed: object, *, on_cpu: bool, exact: bool) -> bool | None:
     """What a model loads with: pinned on/off, else a confirmed measurement's winner, else
-    None (llama.cpp's default)."""
+    `unmeasured`."""
     if setting in PINNED:
         return PINNED[setting]
     if isinstance(confirmed, dict) and confirmed.get("confirmed") is True:
         winner = confirmed.get("flash_attn")
-        return winner if isinstance(winner, bool) else None
-    return None
+        if isinstance(winner, bool):
+            return winner
+    return unmeasured(on_cpu=on_cpu, exact=exact)
+
+
+def unmeasured(*, on_cpu: bool, exact: bool) -> bool | None:
+    """`auto` where nothing was confirmed: off on the CPU unless exact, else None (llama.cpp's
+    default)."""
+    return False if on_cpu and not exact else None
 
 
 def describe(setting: str, source: str, confirmed: dict[str, Any]) -> list[tuple[str, str]]:
@@ -44,8 +55,9 @@ def describe(setting: str, source: str, confirmed: dict[str, Any]) -> list[tuple
     if setting in PINNED:
         meaning = f"pinned {setting}"
     else:
-        meaning = ("llama.cpp's default, except for model files where `specchat bench "
-                   "--calibrate` confirmed a large difference on a quiet machine")
+        meaning = ("off where every layer runs on the CPU (on for --exact), llama.cpp's "
+                   "default with layers on a GPU, except for model files where `specchat "
+                   "bench --calibrate` confirmed a large difference on a quiet machine")
     rows = [("flash attention", f"{setting} ({source}): {meaning}")]
     for entry in confirmed.values():
         if not isinstance(entry, dict) or "confirmed" not in entry:
@@ -56,7 +68,7 @@ def describe(setting: str, source: str, confirmed: dict[str, Any]) -> list[tuple
         if entry.get("confirmed"):
             verdict = f"{'on' if entry.get('flash_attn') else 'off'} (confirmed: {measured})"
         else:
-            verdict = f"llama.cpp's default (not confirmed: {measured}, " \
+            verdict = f"auto's default (not confirmed: {measured}, " \
                       f"{entry.get('quiet_rounds', 0)}/{entry.get('rounds', 0)} rounds quiet)"
         rows.append((f"flash attention {entry.get('model', '?')}", verdict))
     return rows

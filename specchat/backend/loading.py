@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from specchat.backend.base import RuntimeInfo
 from specchat.backend.cpushare import CpuShare
 from specchat.backend.draftstore import open_store
+from specchat.backend.flashattn import PINNED, unmeasured
 from specchat.backend.gpu import gpu_key, gpu_layers
 from specchat.backend.local import Runtime
 from specchat.backend.structured import ModelGuides
@@ -125,6 +126,7 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
     """The target and draft (taken from `loaded` where the file is already open), the
     target's chat template, and both vocabularies as text when the draft's differs
     (text_vocabs). What is loaded here is closed by `closers`, also when this fails."""
+    from specchat.llm import runs_on_cpu
     from specchat.llm.model import load_model  # llama.cpp loads only when models do
 
     def load(path: Path, n_ctx: int, n_gpu_layers: int,
@@ -140,16 +142,17 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
     target_path, draft_path = paths
     # Only the target's numerics decide the answer: the draft is never made exact.
     target = load(target_path, settings.n_ctx, layers[0],
-                  flash_attn_for(settings, calibration, target_path), settings.exact)
+                  flash_attn_for(settings, calibration, target_path, runs_on_cpu(layers[0])),
+                  settings.exact)
     try:
         draft, vocabs = None, None
         if draft_path is not None:
             # target.n_ctx, not settings.n_ctx: --ctx 0 resolved to the target's trained one.
-            # A pinned flash attention applies to both models; auto leaves the draft's to
-            # llama.cpp (a draft's numerics never change the answer, only its speed).
-            draft = load(draft_path, target.n_ctx, layers[1],
-                         flash_attn_for(settings, calibration, target_path)
-                         if settings.flash_attn != "auto" else None)
+            # A pinned flash attention applies to both models; under auto the draft takes
+            # auto's default for where it runs (its numerics never change the answer).
+            draft_flash = PINNED.get(settings.flash_attn,
+                                     unmeasured(on_cpu=runs_on_cpu(layers[1]), exact=False))
+            draft = load(draft_path, target.n_ctx, layers[1], draft_flash)
             vocabs = text_vocabs(settings, target, draft)
         return target, draft, ChatTemplate.from_model(target), vocabs
     except BaseException:

@@ -177,12 +177,13 @@ def machine_quiet(settings: LoadSettings) -> Quiet:
     return ALWAYS_QUIET if gpu else Quiet(settings.threads or default_threads())
 
 
-def flash_attn_for(settings: LoadSettings, calibration: Calibration,
-                   target: Path) -> bool | None:
+def flash_attn_for(settings: LoadSettings, calibration: Calibration, target: Path,
+                   on_cpu: bool) -> bool | None:
     """What the target loads with: --flash-attn on/off, else what `bench --calibrate`
-    confirmed for this file here, else None (llama.cpp's default)."""
+    confirmed for this file here, else auto's default (flashattn.unmeasured)."""
     return choice(settings.flash_attn,
-                  calibration.cache.load_entry(calibration.flash_key(target)))
+                  calibration.cache.load_entry(calibration.flash_key(target)),
+                  on_cpu=on_cpu, exact=settings.exact)
 
 
 def _confirm_flash_attn(tuned: Tuned) -> None:
@@ -194,7 +195,8 @@ def _confirm_flash_attn(tuned: Tuned) -> None:
     result = measure_flash_attn(tuned.target, tuned.target_path,
                                 machine_quiet(tuned.settings))
     tuned.calibration.save_quietly(tuned.calibration.flash_key(tuned.target_path), result)
-    tuned.target.set_flash_attn(choice("auto", result))
+    tuned.target.set_flash_attn(choice("auto", result, on_cpu=tuned.target.on_cpu,
+                                       exact=False))
 
 
 def wants_auto_costs(settings: LoadSettings, speculation_allowed: bool) -> bool:

@@ -18,14 +18,14 @@ _LIB_NAMES = {
     "gpu_devices": "files", "read_model_shape": "files", "read_vocab_info": "files",
     "read_summary": "files",
     "requantize": "files", "system_info": "files", "plain_chat_llama": "files",
-    "gpu_offload_supported": "lib",
+    "gpu_offload_supported": "lib", "runs_on_cpu": "lib",
 }
 
 __all__ = [
     "ChatTemplate", "LlamaModel", "VocabInfo", "chat_tokens", "check_compatible",
     "compatibility_problems", "gpu_devices", "gpu_offload_supported", "load_model",
     "plain_chat_llama", "read_model_shape", "read_summary", "read_vocab_info", "requantize",
-    "system_info",
+    "runs_on_cpu", "system_info",
 ]
 
 

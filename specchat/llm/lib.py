@@ -43,6 +43,11 @@ def gpu_offload_supported() -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
 
+def runs_on_cpu(n_gpu_layers: int) -> bool:
+    """Whether a model loaded with n_gpu_layers (negative: all) keeps every layer on the CPU."""
+    return n_gpu_layers == 0 or not gpu_offload_supported()
+
+
 def create_interruptibly(create: Callable[[], Any], free: Callable[[Any], None]) -> Any:
     """A llama.cpp object from `create` (a model, a context), or None when it failed. Ctrl-C
     during the call frees whatever was made and raises KeyboardInterrupt here, once."""

@@ -35,6 +35,7 @@ from specchat.llm.lib import (
     model_vocab_info,
     open_model,
     read_metadata,
+    runs_on_cpu,
 )
 from specchat.llm.seqtree import TREE_SEQUENCES, TreeBatches, sequence_zero, sequences_for
 from specchat.llm.sidefill import SideFills
@@ -240,6 +241,11 @@ class LlamaModel(TreeBatches, SideFills):
         self._tokens.clear()
         self._tree = None
         self.flash_attn, self.exact = (True if exact else enabled), exact
+
+    @property
+    def on_cpu(self) -> bool:
+        """Whether every layer runs on the CPU (what flash attention's default follows)."""
+        return runs_on_cpu(self._gpu_layers)
 
     @property
     def exact_rows(self) -> int | None:

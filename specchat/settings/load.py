@@ -28,8 +28,8 @@ class LoadSettings:
     n_gpu_layers: int | None = field(default=BY_NAME["n_gpu_layers"].default)
     threads: int | None = field(default=BY_NAME["threads"].default)
     verbose: bool = field(default=BY_NAME["verbose"].default)
-    # "auto": llama.cpp's default unless a confirmed measurement says otherwise; "on"/"off"
-    # pin it (backend/tuning.py decides what auto means for a model file).
+    # "auto": off on the CPU, else llama.cpp's default, unless a confirmed measurement says
+    # otherwise; "on"/"off" pin it (backend/flashattn.py decides what auto means).
     flash_attn: str = field(default=BY_NAME["flash_attn"].default)
     exact: bool = field(default=BY_NAME["exact"].default)  # llm/exact.py
     quiet: bool = False  # no notes on stderr (one-shot answers to a pipe, JSON output)

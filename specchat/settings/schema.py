@@ -284,8 +284,9 @@ OPTIONS: tuple[Option, ...] = (
            optional=True, check=_at_least(1)),
     Option("verbose", bool, False, "Show llama.cpp's own log and error details.", MODEL,
            short="-v"),
-    Option("flash_attn", str, "auto", "Flash attention: auto (llama.cpp's default, unless "
-           "`specchat bench --calibrate` confirmed a large difference on a quiet machine), on, "
+    Option("flash_attn", str, "auto", "Flash attention: auto (off where every layer runs "
+           "on the CPU, on with --exact, llama.cpp's default with layers on a GPU; a large "
+           "difference `specchat bench --calibrate` confirmed on a quiet machine wins), on, "
            "off. Greedy answers can differ between the two at near-ties.", MODEL,
            choices=FLASH_ATTN_CHOICES),
     Option("exact", bool, False, "Greedy answers equal --spec off's token for token where the "

@@ -3,8 +3,9 @@
 - A start measures batch costs for a bounded time, sizes spread out first, and later starts
   fill in the rest; samples taken while other processes had the cores count only until a
   quiet one is seen, and never make a size final.
-- Flash attention is never measured at a start: llama.cpp's default, unless `bench
-  --calibrate` confirmed a large difference on a quiet machine, or --flash-attn pins it.
+- Flash attention is never measured at a start: off for a target on the CPU (on for an
+  exact one), llama.cpp's default with GPU layers, unless `bench --calibrate` confirmed a
+  large difference on a quiet machine, or --flash-attn pins it.
 
 Fake models with exact clocks here; tests/commands/test_first_start_real.py runs the real CLI.
 """
@@ -143,16 +144,32 @@ def test_flash_attention_is_not_measured_at_a_start(tmp_path: Path) -> None:
 def test_only_a_confirmed_measurement_or_a_pin_changes_flash_attention(tmp_path: Path) -> None:
     tuned = _tuned(fake_model(), tmp_path)
     key = tuned.calibration.flash_key(tuned.target_path)
+
+    def loads_with(on_cpu: bool, settings: LoadSettings = tuned.settings) -> bool | None:
+        return flash_attn_for(settings, tuned.calibration, tuned.target_path, on_cpu)
+
     # What versions before this one kept: a winner of one noisy measurement.
-    tuned.calibration.cache.save_entry(key, {"flash_attn": False, "score_on": 1.6,
-                                             "score_off": 0.33})
-    assert flash_attn_for(tuned.settings, tuned.calibration, tuned.target_path) is None
-    tuned.calibration.cache.save_entry(key, {"flash_attn": False, "confirmed": True})
-    assert flash_attn_for(tuned.settings, tuned.calibration, tuned.target_path) is False
+    tuned.calibration.cache.save_entry(key, {"flash_attn": True, "score_on": 0.33,
+                                             "score_off": 1.6})
+    assert loads_with(on_cpu=True) is False and loads_with(on_cpu=False) is None
+    tuned.calibration.cache.save_entry(key, {"flash_attn": True, "confirmed": True})
+    assert loads_with(on_cpu=True) is True and loads_with(on_cpu=False) is True
     for setting, pinned in (("on", True), ("off", False)):
-        settings = LoadSettings(flash_attn=setting)
-        assert flash_attn_for(settings, tuned.calibration, tuned.target_path) is pinned
-    assert choice("auto", None) is None
+        for on_cpu in (True, False):
+            assert loads_with(on_cpu, LoadSettings(flash_attn=setting)) is pinned
+
+
+@pytest.mark.parametrize("on_cpu, exact, loads_with", [
+    (True, False, False),  # the CPU: off (a single step at depth is faster without it)
+    (True, True, None),  # an exact target needs it on (llm/exact.py turns None into on)
+    (False, False, None),  # layers on a GPU: llama.cpp's own choice
+    (False, True, None),
+])
+def test_auto_flash_attention_without_a_measurement_follows_where_the_target_runs(
+        on_cpu: bool, exact: bool, loads_with: bool | None) -> None:
+    assert choice("auto", None, on_cpu=on_cpu, exact=exact) is loads_with
+    assert choice("auto", {"flash_attn": True, "confirmed": False}, on_cpu=on_cpu,
+                  exact=exact) is loads_with
 
 
 @pytest.mark.parametrize("share, on_costs, confirmed, winner", [
@@ -170,7 +187,7 @@ def test_flash_measurement_confirms_only_large_consistent_quiet_differences(
                                 clock=lambda: clocks.wall, cpu_clock=lambda: clocks.cpu)
     assert result["confirmed"] is confirmed and result["flash_attn"] is winner
     assert model.flash_attn is None  # left as it was loaded
-    assert choice("auto", result) is winner
+    assert choice("auto", result, on_cpu=False, exact=False) is winner
 
 
 def test_a_reference_taken_on_a_busy_machine_does_not_hide_a_collapse() -> None:

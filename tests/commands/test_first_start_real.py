@@ -119,7 +119,7 @@ def test_a_server_with_a_small_context_survives_its_requests(
 
 
 # --- a first start ---------------------------------------------------------------------------
-def test_a_first_start_measures_briefly_and_keeps_llamas_flash_attention(
+def test_a_first_start_measures_briefly_and_runs_flash_attention_off_on_the_cpu(
         smol: Path, tmp_path: Path) -> None:
     done = _specchat(["ask", "-m", str(smol), "-n", "4", "Say hi"], tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -133,12 +133,13 @@ def test_a_first_start_measures_briefly_and_keeps_llamas_flash_attention(
                         tmp_path)
     assert "flash_attn            = enabled" in verbose.stderr  # exact keeps it on
     plain = _specchat(["ask", "-m", str(smol), "-n", "1", "--verbose", "hi"], tmp_path)
-    assert "flash_attn            = auto" in plain.stderr  # llama.cpp's default, by default
+    assert "flash_attn            = disabled" in plain.stderr  # auto on the CPU: off
     pinned = _specchat(["ask", "-m", str(smol), "-n", "1", "--verbose", "--flash-attn", "off",
                         "hi"], tmp_path)
     assert "flash_attn            = disabled" in pinned.stderr
     doctor = _specchat(["doctor"], tmp_path)
-    assert "flash attention: auto (default): llama.cpp's default" in doctor.stdout
+    assert "flash attention: auto (default): off where every layer runs on the CPU" \
+        in doctor.stdout
     (tmp_path / "config.toml").write_text('flash_attn = "on"\n')
     doctor = _specchat(["doctor"], tmp_path)
     assert "flash attention: on (file): pinned on" in doctor.stdout

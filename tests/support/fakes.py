@@ -54,6 +54,7 @@ class FakeModel:
         self.evaluated = 0  # total tokens ever passed to eval
         self.eval_calls: list[int] = []  # batch sizes, in order
         self.flash_attn: bool | None = None  # what tuning switches (it changes nothing here)
+        self.on_cpu = True  # where flash attention's default follows
         self.threads: int | None = None
         # An exact target verifies at most exact_rows at once (llm/exact.py); the fake's
         # rows are exact anyway, so None unless a test asks for the cap.
