@@ -157,6 +157,8 @@ def test_the_first_token_has_the_targets_softmax(pair: tuple[LlamaModel, LlamaMo
 
 def test_the_cli_drafts_for_a_padded_target_with_the_same_greedy_answer(
         padded: dict[str, Path], tmp_path: Path) -> None:
+    # --exact: token-for-token equality with off is its promise. The default's verify rows may
+    # flip a near-tie (docs/exactness.md), as they do on this prompt with flash attention off.
     env_cache = {"SPECCHAT_CACHE": str(padded["smol"].parent)}  # where -d smollm2-135m is
     runs = {}
     for spec in ("off", "draft"):
@@ -183,6 +185,6 @@ def _cli(model: Path, spec: str, home: Path,
            "XDG_CONFIG_HOME": str(home / "config"), **env_extra}
     return subprocess.run(
         [sys.executable, "-m", "specchat", "ask", "-m", str(model), "-d", "smollm2-135m",
-         "--spec", spec, "-t", "0", "-n", "24", "--json", "--threads", "1",
+         "--spec", spec, "-t", "0", "-n", "24", "--json", "--threads", "1", "--exact",
          "Write a haiku about the sea."],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
