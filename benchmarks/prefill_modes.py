@@ -12,14 +12,13 @@ token ids for every variant. `llama`: `Llama(...)` at its defaults (flash attent
 prompt's logits, the last row). `default` / `exact`: load_model(exact=False/True), flash
 attention as `auto` sets it on the CPU (off / on), and the engine's chunked prefill plus the
 first step, from an empty cache (what `specchat ask --prompt-cache 0` does before its first
-token); `exact-own`: an exact target that prefills in
-its own context, not through a plain one (llm/sidefill.py), as before that existed. With
-`--warm N` every run starts from a cache that already holds the prompt's first N tokens
-(filled untimed: a later turn, a prompt-cache hit) and times the rest. The
-variants take turns in every round, the order rotating, so the machine's drift hits all
-alike. Prints every run, the median per variant, and each variant's time over the first
-one's with a paired bootstrap interval over rounds (specchat/bench/interval.py). Lives
-outside the package: it imports llama_cpp.
+token); `exact-own`: an exact target that prefills in its own context, not through a plain
+one (llm/sidefill.py), as before that existed. With `--warm N` every run starts from a cache
+that already holds the prompt's first N tokens (filled untimed: a later turn, a prompt-cache
+hit) and times the rest. The variants take turns in every round, the order rotating, so the
+machine's drift hits all alike. Prints every run, the median per variant, and each variant's
+time over the first one's with a paired bootstrap interval over rounds
+(specchat/bench/interval.py). Lives outside the package: it imports llama_cpp.
 """
 
 from __future__ import annotations
