@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from specchat.backend.base import RuntimeInfo
 from specchat.backend.cpushare import CpuShare
 from specchat.backend.draftstore import open_store
-from specchat.backend.flashattn import PINNED, unmeasured
+from specchat.backend.flashattn import choice
 from specchat.backend.gpu import gpu_key, gpu_layers
 from specchat.backend.local import Runtime
 from specchat.backend.structured import ModelGuides
@@ -149,10 +149,11 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
         if draft_path is not None:
             # target.n_ctx, not settings.n_ctx: --ctx 0 resolved to the target's trained one.
             # A pinned flash attention applies to both models; under auto the draft takes
-            # auto's default for where it runs (its numerics never change the answer).
-            draft_flash = PINNED.get(settings.flash_attn,
-                                     unmeasured(on_cpu=runs_on_cpu(layers[1]), exact=False))
-            draft = load(draft_path, target.n_ctx, layers[1], draft_flash)
+            # auto's default for where it runs, not the target's measurement (its numerics
+            # never change the answer).
+            draft = load(draft_path, target.n_ctx, layers[1],
+                         choice(settings.flash_attn, None, on_cpu=runs_on_cpu(layers[1]),
+                                exact=False))
             vocabs = text_vocabs(settings, target, draft)
         return target, draft, ChatTemplate.from_model(target), vocabs
     except BaseException:
