@@ -320,8 +320,9 @@ class AutoPolicy(DraftPolicy):
         warm (only for the rent it would have saved) until its catch-up is paid for."""
         out: list[Candidate] = []
         if avail:
-            out.append(Candidate(NGRAM, (NGRAM, bucket, self._last[NGRAM]), len(avail),
-                                 lambda _k: 0.0))
+            streak = self._last[NGRAM]
+            out.append(Candidate(NGRAM, (NGRAM, bucket, streak), len(avail), lambda _k: 0.0,
+                                 explore=self._lookup_explore(streak)))
         if self.draft is None or self.state.draft_costs is None or self.draft.blind:
             return out, None
         costs = self.state.draft_costs
@@ -338,6 +339,16 @@ class AutoPolicy(DraftPolicy):
         if cold and not self._catch_up.buys(price, left):
             return out, draft
         return [*out, draft], None
+
+    def _lookup_explore(self, streak: int) -> float:
+        """How much of OPTIMISM a lookup is given. One judged on its own (no lookup drafted
+        since the last plain step) is scored for free when it is not drafted (its shadow), so
+        the benefit of the doubt buys it only the chance of a copy, and a miss costs the extra
+        verify rows: the dearer a row, the less doubt is worth it (on a CPU where a row costs
+        0.7 of a step, one-token guesses lost 2% on prose; flat GPU shapes keep it whole)."""
+        if streak != NO_DRAFT_YET:
+            return 1.0
+        return min(max(2.0 - self.state.target_costs.ratio(2), 0.0), 1.0)
 
     def _rent_first(self, context: Sequence[int], lag: int) -> bool:
         """Whether a short prompt's catch-up (`lag` tokens) is rented for first, as a long

@@ -225,6 +225,7 @@ class Candidate:
     draft_seconds: Callable[[int], float]
     miss: float = 0.0  # P(the draft is trimmed to nothing: a plain step)
     miss_seconds: float = 0.0  # what such a step spends drafting, besides its plain step
+    explore: float = 1.0  # the share of choose()'s optimism this candidate is given
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,7 @@ def choose(costs: CostTable, candidates: Sequence[Candidate],
     plain = 1.0 / plain_seconds
     best = PLAIN
     for cand in candidates:
-        expected = models(cand.key).expected_curve(cand.max_k, optimism)
+        expected = models(cand.key).expected_curve(cand.max_k, optimism * cand.explore)
         missed = cand.miss * (plain_seconds + cand.miss_seconds)
         for k in range(1, cand.max_k + 1):
             seconds = costs.cost(k + 1) + cand.draft_seconds(k)

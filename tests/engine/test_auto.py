@@ -341,6 +341,38 @@ def test_declined_lookups_that_would_have_missed_lower_the_estimate() -> None:
     assert sum(m.trials[0] for m in seen) >= 5
 
 
+def first_lookup_choice(ratios: list[float], match: int) -> tuple[str | None, int]:
+    """What auto does, knowing nothing yet, with a prompt-lookup match of `match` tokens."""
+    costs = CostTable.from_ratios(0.04, ratios)
+    costs.learn = False
+    policy = AutoPolicy(AutoState(target_costs=costs), PromptLookupDrafter(2, 16), None, 8)
+    head = list(range(100, 100 + match))
+    policy.propose([*head, 1, 2, 3, 4, 5, 6, 7, 8, 9, *head], 8, np.random.default_rng(0))
+    return policy.state.last.drafter, policy.state.last.k
+
+
+def test_an_untried_lookup_gets_less_benefit_of_the_doubt_where_verify_rows_are_dear() -> None:
+    # Declined lookups are scored for free (their shadows), so optimism buys an untried one
+    # little, and a miss costs its rows: 0.74 of a step each on this CPU table. Before, a
+    # match of 8 to 15 tokens was drafted on its optimistic prior alone, which lost on prose.
+    for match in (8, 12, 15):
+        assert first_lookup_choice(list(CPU_RATIOS), match) == (None, 0)
+    assert first_lookup_choice(list(CPU_RATIOS), 16)[0] == "ngram"  # the prior alone pays
+    for match in (2, 8, 16):  # where a row is nearly free the doubt is still worth it
+        drafter, k = first_lookup_choice(GPU_RATIOS, match)
+        assert drafter == "ngram" and k >= 4
+
+
+def test_choose_gives_each_candidate_its_share_of_the_optimism() -> None:
+    costs = CostTable.from_ratios(0.04, CPU_RATIOS)
+    doubtful = AcceptanceModel(prior=0.6)
+    cand = Candidate("ngram", "x", 4, lambda k: 0.0)
+    assert choose(costs, [cand], lambda key: doubtful, optimism=1.0).k > 0
+    held = Candidate("ngram", "x", 4, lambda k: 0.0, explore=0.0)
+    assert choose(costs, [held], lambda key: doubtful, optimism=1.0) == \
+        choose(costs, [cand], lambda key: doubtful, optimism=0.0)
+
+
 def test_an_ambiguous_match_has_its_own_low_prior_and_estimates() -> None:
     policy = AutoPolicy(cpu_state(), PromptLookupDrafter(2, 5), None, 8)
     rng = np.random.default_rng(0)
