@@ -174,8 +174,10 @@ def sample_costs(model: LogitsModel, sizes: tuple[int, ...], samples: Samples, *
     every size is final or `budget` seconds have passed, counted from the start (None: until
     final); at least one sample. The cache is put back as it was.
 
-    No separate warm-up: the first call's allocations make one sample slow, and a size is
-    final only after CONFIRMED of them, of which the fastest counts.
+    The first eval that asks for logits rows pays one-off costs (seven plain steps of the
+    1.5B on 2 cores): one such eval, of the largest size to measure, is spent first and not
+    counted. Counted, it priced a first start's single step far too high, every batch looked
+    nearly free beside it, and `auto` drafted long where drafting lost (0.71x of `off`).
     """
     start, keep = clock(), len(model.tokens)
     depth = max(0, min(depth, model.n_ctx - keep - max(sizes) - 1))
@@ -184,6 +186,10 @@ def sample_costs(model: LogitsModel, sizes: tuple[int, ...], samples: Samples, *
     try:
         model.eval(filler[:depth], [])
         base = len(model.tokens)
+        if pending := samples.pending(sizes):
+            n = max(pending)
+            model.eval(filler[depth:depth + n], list(range(n)))
+            model.truncate(base)
         while not samples.finished(sizes):
             for n in samples.pending(sizes):
                 if taken and budget is not None and clock() - start > budget:
