@@ -345,7 +345,7 @@ class AutoPolicy(DraftPolicy):
         since the last plain step) is scored for free when it is not drafted (its shadow), so
         the benefit of the doubt buys it only the chance of a copy, and a miss costs the extra
         verify rows: the dearer a row, the less doubt is worth it (on a CPU where a row costs
-        0.7 of a step, one-token guesses lost 2% on prose; flat GPU shapes keep it whole)."""
+        0.7 of a step, such guesses lost 2% on prose; flat GPU shapes keep it whole)."""
         if streak != NO_DRAFT_YET:
             return 1.0
         return min(max(2.0 - self.state.target_costs.ratio(2), 0.0), 1.0)
