@@ -115,8 +115,8 @@ def test_a_table_measured_in_part_never_prices_a_batch_low() -> None:
 
 
 class ColdModel(ContendedModel):
-    """Its first eval that asks for logits rows pays a one-off cost, as llama.cpp's does (its
-    output buffers are allocated then): seven plain steps of the 1.5B on 2 cores."""
+    """Its first eval that asks for logits rows pays a one-off cost, as llama.cpp's does after
+    loading (seven plain steps of the 1.5B on 2 cores, measured; its cause not pinned down)."""
 
     cold = True
 
