@@ -4,11 +4,13 @@ The rows come from specchat/bench/sweep.py (`specchat bench` replays on every pr
 specchat/bench/sessionsweep.py (the recorded sessions, request by request).
 
     python benchmarks/sweep.py [--recordings builtin,spec-bench] [--no-sessions]
+        [--profile NAME_OR_FILE ...]
 
 Per profile and recording: `auto` over `off` overall and in its worst category, the best
 fixed policy in hindsight over `off`, and `auto` over it; for the sessions, `auto` over
 `off` from each session's second request on, over all sessions and in the worst one.
-Deterministic: run it once.
+Deterministic: run it once. `--profile` replays only the profiles given (a built-in name or
+a file, such as benchmarks/here_profile.py writes from this machine's calibration).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from specchat.bench.profiles import load
 from specchat.bench.sessionsweep import load_sessions_recording, sweep_sessions
 from specchat.bench.sweep import MIN_OF_OFF, sweep, sweep_profiles
 from specchat.commands.benchreplay import load_recording
@@ -25,9 +28,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recordings", default="builtin,spec-bench")
     parser.add_argument("--sessions", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--profile", action="append", default=[],
+                        help="only this profile (a built-in name or a file); repeatable")
     args = parser.parse_args(argv)
     names = [n for n in args.recordings.split(",") if n]
-    profiles = sweep_profiles()
+    profiles = [load(p) for p in args.profile] or sweep_profiles()
     results = {name: sweep(load_recording(name), profiles) for name in names}
     sessions = sweep_sessions(load_sessions_recording(), profiles) if args.sessions else None
     head = " | ".join(f"{n}: auto/off, worst category, best fixed/off, auto/best fixed"
