@@ -294,7 +294,7 @@ def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],
     samples = Samples.from_entry(entry)
     cached = cache.load(key) if not force else None
     if cached is not None and samples.finished(sizes):
-        return cached
+        return _measured_shape(samples, sizes, cached)
     if announce is not None:
         announce(path.name, sum(1 for n in sizes if n in samples.best), len(sizes))
     sample_costs(model, sizes, samples, budget=None if force else budget, quiet=quiet)
@@ -305,14 +305,25 @@ def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],
     return table
 
 
+def _measured_shape(samples: Samples, sizes: tuple[int, ...], cached: CostTable) -> CostTable:
+    """The cached table's plain step (rescaled when a run saw the machine drift) with the
+    shape of the samples measured for it: older versions wrote back the shape a run had
+    learnt, on a loaded machine too, and it stayed in every later start."""
+    measured = samples.table(sizes)
+    if measured is None:
+        return cached
+    return CostTable([cached.cost(1) * r for r in measured.shape])
+
+
 def save_if_drifted(table: CostTable, path: Path, knobs: dict[str, object],
                     cache: CalibrationCache) -> bool:
-    """Write back a table the run rescaled for drift, so the next start begins from what the
-    machine costs now. A cache that cannot be written is not worth failing an answer for."""
+    """Write back the scale of a table the run rescaled for drift, so the next start begins
+    from what the machine costs now; the shape stays the calibration's (CostTable.
+    rescaled_start). A cache that cannot be written is not worth failing an answer for."""
     if not table.rescaled:
         return False
     try:
-        cache.save(machine_key(path, knobs), table, path.name)
+        cache.save(machine_key(path, knobs), CostTable(table.rescaled_start), path.name)
     except FileIOError:
         return False
     return True

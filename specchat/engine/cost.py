@@ -73,6 +73,17 @@ class CostTable:
     def seconds(self) -> list[float]:
         return [self.scale * r for r in self.shape]
 
+    @property
+    def rescaled_start(self) -> list[float]:
+        """The table it started from (the calibration's shape) at the scale now: what is
+        worth writing back. The shape learnt since is not: steps taken while other processes
+        held the cores (or the thread governor ran one thread) reshape it, and written back
+        it would stay after the load has gone (one run beside a benchmark holding both cores
+        left a batch of 3 at 2.44 steps instead of 2.26 for every later start, and the
+        recorded sessions replayed on that table 3% slower)."""
+        first = self.seconds_at_start[0]
+        return [self.scale * max(s / first, 1.0) for s in self.seconds_at_start]
+
     def ratio(self, n: int) -> float:
         """Cost of a batch of n over one plain step; beyond the table, the last slope."""
         shape = self.shape

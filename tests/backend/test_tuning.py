@@ -114,6 +114,25 @@ def test_a_table_measured_in_part_never_prices_a_batch_low() -> None:
     assert only_one is not None and only_one.cost(5) == pytest.approx(0.05)  # no gain
 
 
+def test_a_finished_table_keeps_the_measured_shape_whatever_a_run_wrote_back(
+        tmp_path: Path) -> None:
+    tuned = _tuned(FakeModel(32, n_ctx=1024), tmp_path)
+    key = tuned.calibration.costs_key(Path("/m.gguf"), None)
+    sizes = (1, 2, 3)
+    samples = Samples(best={1: 0.03, 2: 0.05, 3: 0.07}, quiet=dict.fromkeys(sizes, CONFIRMED),
+                      seen=dict.fromkeys(sizes, CONFIRMED))
+    # A run on a loaded machine rescaled the step to 0.06 and wrote back the shape it had
+    # learnt meanwhile (batches of 2 at 3 steps): only the step is kept.
+    tuned.calibration.cache.save_entry(key, {"seconds": [0.06, 0.18, 0.21],
+                                             "samples": samples.to_entry()})
+    table = tuning.cost_table(tuned.target, Path("/m.gguf"), sizes,
+                              tuned.calibration.costs_knobs(None), tuned.calibration.cache)
+    assert not tuned.target.eval_calls  # finished: nothing measured
+    assert table.cost(1) == pytest.approx(0.06)
+    assert table.ratio(2) == pytest.approx(0.05 / 0.03)
+    assert table.ratio(3) == pytest.approx(0.07 / 0.03)
+
+
 class ColdModel(ContendedModel):
     """Its first eval that asks for logits rows pays a one-off cost, as llama.cpp's does after
     loading (seven plain steps of the 1.5B on 2 cores, measured; its cause not pinned down)."""

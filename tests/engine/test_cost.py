@@ -55,6 +55,25 @@ def test_a_drifted_table_is_written_back_to_the_cache(tmp_path: Path) -> None:
     assert json.loads(cache.path.read_text())[machine_key(model, knobs)]["model"] == "m.gguf"
 
 
+def test_a_drifted_table_writes_back_its_new_scale_but_not_a_shape_learnt_meanwhile(
+        tmp_path: Path) -> None:
+    cache = CalibrationCache(tmp_path / "calibration.json")
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    table = CostTable([0.03, 0.05, 0.07])
+    for _ in range(DRIFT_WINDOW):
+        table.observe(1, 0.06)  # a busier machine: twice the step
+    for _ in range(5):
+        table.observe(2, 0.15)  # batches of 2 dearer still, as they were under load
+    assert table.ratio(2) > 1.8  # the live table learnt that shape
+    assert save_if_drifted(table, model, {}, cache)
+    loaded = cache.load(machine_key(model, {}))
+    assert loaded is not None
+    assert loaded.cost(1) == pytest.approx(table.cost(1))  # the scale now
+    assert loaded.ratio(2) == pytest.approx(0.05 / 0.03)  # the calibration's shape
+    assert loaded.ratio(3) == pytest.approx(0.07 / 0.03)
+
+
 def test_learnt_acceptance_survives_a_restart_through_the_cache(tmp_path: Path) -> None:
     from specchat.engine.auto import AutoState
     from specchat.engine.autokeys import LAST_FULL
