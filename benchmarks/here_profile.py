@@ -16,43 +16,31 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import cast
+
+from gpu_costs import Measured, profile_document  # benchmarks/gpu_costs.py, beside this file
+from prefill import timed_prefill  # benchmarks/prefill.py, beside this file
 
 from specchat.backend.loading import open_runtime
 from specchat.bench import profiles
 from specchat.engine.cost import MAX_N, CostTable
 from specchat.engine.options import Spec
-from specchat.engine.protocol import LogitsModel
+from specchat.llm.model import LlamaModel
 from specchat.settings.load import LoadSettings
 
 PREFILL_TOKENS = 256
-OVERHEAD_SECONDS = 0.00015  # per step outside the model calls, as the shipped profiles say
 
 
-def prefill_rate(model: LogitsModel) -> float:
-    """Tokens per second of the faster of two cold prefills of PREFILL_TOKENS tokens."""
-    keep = len(model.tokens)
+def measured(model: LlamaModel, table: CostTable) -> Measured:
+    """`table` as gpu_costs.py writes a measured table, with the faster of two cold prefills
+    of PREFILL_TOKENS tokens."""
     filler = [(7 + 31 * i) % model.n_vocab for i in range(PREFILL_TOKENS)]
-    best = float("inf")
-    try:
-        for _ in range(2):
-            model.truncate(0)
-            start = time.perf_counter()
-            model.eval(filler, [-1])
-            best = min(best, time.perf_counter() - start)
-    finally:
-        model.truncate(min(keep, len(model.tokens)))
-    return PREFILL_TOKENS / best
-
-
-def costs(name: str, table: CostTable, rate: float) -> dict[str, Any]:
-    step = table.cost(1)
-    return {"model": name, "step_seconds": step,
-            "batch_ratios": [round(table.ratio(n), 4) for n in range(1, MAX_N + 1)],
-            "prefill_tokens_per_second": round(rate, 1)}
+    run = timed_prefill(model, filler)
+    seconds = min(run() for _ in range(2))
+    model.truncate(0)
+    return Measured(model.path, tuple(table.costs(MAX_N)), PREFILL_TOKENS / seconds)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,18 +52,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = LoadSettings(model=args.model, draft=args.draft, spec=Spec.AUTO, n_ctx=4096)
     with open_runtime(settings) as rt:
         state = rt.auto
-        target = costs(args.model, state.target_costs, prefill_rate(rt.target))
+        # A local runtime's models are llama.cpp's, whatever contract the engine sees.
+        target = measured(cast(LlamaModel, rt.target), state.target_costs)
         draft = None
         if rt.draft is not None and state.draft_costs is not None:
-            draft = costs(args.draft, state.draft_costs, prefill_rate(rt.draft))
-    document = {"format": profiles.FORMAT, "version": profiles.VERSION, "name": "here",
-                "source": "this machine's calibration tables (benchmarks/here_profile.py)",
-                "target": target, "draft": draft, "overhead_seconds": OVERHEAD_SECONDS}
+            draft = measured(cast(LlamaModel, rt.draft), state.draft_costs)
+    document = profile_document("here", target, draft, "this machine's calibration tables "
+                                "(benchmarks/here_profile.py)")
     args.out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     profiles.load(str(args.out))  # what it wrote must read back as a profile
-    print(f"wrote {args.out}: a plain step {target['step_seconds'] * 1000:.1f} ms, a batch of "
-          f"2 / 8 / 17 {target['batch_ratios'][1]} / {target['batch_ratios'][7]} / "
-          f"{target['batch_ratios'][16]} steps")
+    ratios = document["target"]["batch_ratios"]
+    print(f"wrote {args.out}: a plain step {target.seconds[0] * 1000:.1f} ms, a batch of "
+          f"2 / 8 / 17 {ratios[1]} / {ratios[7]} / {ratios[16]} steps")
     return 0
 
 
