@@ -312,7 +312,7 @@ def _measured_shape(samples: Samples, sizes: tuple[int, ...], cached: CostTable)
     measured = samples.table(sizes)
     if measured is None:
         return cached
-    return CostTable([cached.cost(1) * r for r in measured.shape])
+    return CostTable.from_ratios(cached.cost(1), measured.shape)
 
 
 def save_if_drifted(table: CostTable, path: Path, knobs: dict[str, object],
@@ -323,7 +323,7 @@ def save_if_drifted(table: CostTable, path: Path, knobs: dict[str, object],
     if not table.rescaled:
         return False
     try:
-        cache.save(machine_key(path, knobs), CostTable(table.rescaled_start), path.name)
+        cache.save(machine_key(path, knobs), table.rescaled_start, path.name)
     except FileIOError:
         return False
     return True

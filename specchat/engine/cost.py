@@ -58,12 +58,8 @@ class CostTable:
     learn: bool = True  # False: a fixed table (tests and replays that price steps themselves)
 
     def __post_init__(self) -> None:
-        first = self.seconds_at_start[0]
-        self.scale = self.reference = first
-        # Not monotone: on CPUs a batch of 16 can cost less than one of 15 (the matrix
-        # kernels work in blocks of 4 and 8 rows), and auto should see that. Only a batch
-        # cheaper than one plain step is impossible.
-        self.shape = [1.0, *(max(s / first, 1.0) for s in self.seconds_at_start[1:])]
+        self.scale = self.reference = self.seconds_at_start[0]
+        self.shape = _shape_of(self.seconds_at_start)
 
     @classmethod
     def from_ratios(cls, step_seconds: float, ratios: Sequence[float]) -> CostTable:
@@ -74,15 +70,14 @@ class CostTable:
         return [self.scale * r for r in self.shape]
 
     @property
-    def rescaled_start(self) -> list[float]:
+    def rescaled_start(self) -> CostTable:
         """The table it started from (the calibration's shape) at the scale now: what is
         worth writing back. The shape learnt since is not: steps taken while other processes
         held the cores (or the thread governor ran one thread) reshape it, and written back
         it would stay after the load has gone (one run beside a benchmark holding both cores
         left a batch of 3 at 2.44 steps instead of 2.26 for every later start, and the
         recorded sessions replayed on that table 3% slower)."""
-        first = self.seconds_at_start[0]
-        return [self.scale * max(s / first, 1.0) for s in self.seconds_at_start]
+        return CostTable.from_ratios(self.scale, _shape_of(self.seconds_at_start))
 
     def ratio(self, n: int) -> float:
         """Cost of a batch of n over one plain step; beyond the table, the last slope."""
@@ -122,6 +117,14 @@ class CostTable:
             if drift > DRIFT_LIMIT or drift * DRIFT_LIMIT < 1.0:
                 self.rescaled += 1
                 self.reference = self.scale
+
+
+def _shape_of(seconds: Sequence[float]) -> list[float]:
+    """Each batch's seconds over a plain step's. Not monotone: on CPUs a batch of 16 can cost
+    less than one of 15 (the matrix kernels work in blocks of 4 and 8 rows), and auto should
+    see that. Only a batch cheaper than one plain step is impossible."""
+    first = seconds[0]
+    return [1.0, *(max(s / first, 1.0) for s in seconds[1:])]
 
 
 @dataclass
