@@ -36,6 +36,11 @@ CHECK_EVERY = 512  # steps on all threads before trying one anyway (the referenc
 # much slower than one thread was.
 COLLAPSE = 4.0
 PROBE_ABORT = 2.0
+# A trial of one thread ends after TRIAL_EARLY steps that each took TRIAL_LOSS times what all
+# threads did: on a quiet two-core machine one thread is ~1.45x slower (docs/performance.md),
+# and the periodic check paid a window of six such steps every CHECK_EVERY steps.
+TRIAL_EARLY = 2
+TRIAL_LOSS = 1.2
 SHARE_EVERY = 4  # steps between looks at how many specchat processes are decoding
 
 
@@ -78,6 +83,8 @@ class ThreadGovernor:
         cost = seconds / ratio
         self.window.append(cost)
         if self.threads == self.max_threads and self._collapsed(cost):
+            return
+        if self.threads == 1 and self._one_lost_early():
             return
         if len(self.window) < WINDOW:
             return
@@ -124,6 +131,15 @@ class ThreadGovernor:
             self._set(1)
             return True
         return False
+
+    def _one_lost_early(self) -> bool:
+        """On trial on one thread: give up as soon as it plainly loses."""
+        early = self.window[:TRIAL_EARLY]
+        if not self.probing or self.full_cost is None or len(early) < TRIAL_EARLY or \
+                min(early) <= TRIAL_LOSS * self.full_cost:
+            return False
+        self._judge_one(statistics.median(early))
+        return True
 
     def _judge_full(self, median: float) -> None:
         self.full_cost = median

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from specchat.backend.threads import CHECK_EVERY, PROBE_EVERY, WINDOW, ThreadGovernor
+from specchat.backend.threads import (
+    CHECK_EVERY,
+    PROBE_EVERY,
+    TRIAL_EARLY,
+    WINDOW,
+    ThreadGovernor,
+)
 
 
 def governor(reference: float = 0.03) -> tuple[ThreadGovernor, list[int]]:
@@ -107,6 +113,25 @@ def test_a_bad_reference_is_caught_by_the_periodic_check() -> None:
     assert calls == []
     feed(g, CONTENDED, 2 * WINDOW)
     assert calls == [1] and g.threads == 1
+
+
+def test_the_periodic_check_on_a_quiet_machine_gives_up_one_thread_after_two_steps() -> None:
+    g, calls = governor()
+    one_thread_steps = 0
+    for _ in range(4 * CHECK_EVERY):
+        one_thread_steps += g.threads == 1
+        feed(g, QUIET, 1)
+    assert calls == [1, 2, 1, 2, 1, 2] and g.threads == 2  # checked every CHECK_EVERY steps
+    assert one_thread_steps == 3 * TRIAL_EARLY  # not a window of six each time
+
+
+def test_a_one_thread_trial_that_is_not_plainly_losing_runs_its_whole_window() -> None:
+    g, calls = governor()
+    until(g, QUIET, calls, 1)
+    feed(g, {2: 0.031, 1: 0.034}, WINDOW - 1)  # a little slower: noise, not yet a verdict
+    assert g.threads == 1 and g.probing
+    feed(g, {2: 0.031, 1: 0.034}, 1)
+    assert g.threads == 2 and calls == [1, 2]
 
 
 def test_one_thread_machines_are_left_alone() -> None:
