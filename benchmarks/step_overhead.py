@@ -12,7 +12,8 @@ round. Every llama_decode call is timed by a wrapper around llama_cpp.llama_deco
 runtime calls through the module. Per mode: the answer's wall time after the prefill call,
 split into the target's decode calls, the draft model's calls and the rest (Python: sampling,
 drafting, the governor, events), per step, and that rest's CPU time on the main thread (which
-preemption by other processes does not inflate); and the wall time of a plain step (a one-token
+preemption by other processes does not inflate); how many target steps the thread governor
+ran on fewer threads (its trials of one thread); and the wall time of a plain step (a one-token
 target call and everything up to the next target call, no draft call between), paired by
 round against `off`'s with a bootstrap interval. --profile MODE: cProfile one more answer in
 MODE (CPU time of the main thread) and print the 15 functions with the most own time.
@@ -46,8 +47,8 @@ CODE = "\n".join(f"def handler_{i}(request, store):\n    value = store.get(reque
 PROMPT = ("Rename the parameter `store` to `cache` in every function below and return the "
           "whole file, nothing else.\n\n" + CODE)
 
-# (ctx, tokens, start, end, main thread's CPU seconds inside the call)
-Call = tuple[Any, int, float, float, float]
+# (ctx, tokens, start, end, main thread's CPU seconds inside the call, its threads)
+Call = tuple[Any, int, float, float, float, int]
 
 
 class DecodeLog:
@@ -62,7 +63,7 @@ class DecodeLog:
             t0, c0 = time.perf_counter(), time.thread_time()
             rc = self._real(ctx, batch)
             self.calls.append((ctx, int(batch.n_tokens), t0, time.perf_counter(),
-                               time.thread_time() - c0))
+                               time.thread_time() - c0, int(llama_cpp.llama_n_threads(ctx))))
             return rc
         llama_cpp.llama_decode = timed
 
@@ -83,7 +84,9 @@ def split(calls: list[Call], target_ctx: Any, end: float, cpu: float) -> dict[st
     # part is small): what Python costs whatever other processes take, as preemption
     # does not count.
     py_cpu = cpu - sum(c[4] for c in calls)
-    return {"steps": len(target), "window": window, "target": t_sec, "draft": d_sec,
+    most = max((c[5] for c in calls), default=0)
+    return {"steps": len(target), "fewer_threads": sum(c[5] < most for c in target),
+            "window": window, "target": t_sec, "draft": d_sec,
             "python": window - t_sec - d_sec, "python_cpu": py_cpu,
             "plain_wall": statistics.median(plain) if plain else float("nan"),
             "plain_decode": statistics.median(c[3] - c[2] for c in target if c[1] == 1)
@@ -129,7 +132,8 @@ def main() -> int:
                       f"{s['draft'] / s['steps'] * 1e3:.2f} + python "
                       f"{s['python'] / s['steps'] * 1e3:.2f} (CPU "
                       f"{s['python_cpu'] / s['steps'] * 1e3:.2f}); plain step wall "
-                      f"{s['plain_wall'] * 1e3:.2f} ms (decode {s['plain_decode'] * 1e3:.2f}) "
+                      f"{s['plain_wall'] * 1e3:.2f} ms (decode {s['plain_decode'] * 1e3:.2f}), "
+                      f"{s['fewer_threads']} steps on fewer threads (the governor), "
                       f"load {os.getloadavg()[0]:.2f}", flush=True)
         base = modes[0]
         for mode in modes:
