@@ -52,7 +52,7 @@ Call = tuple[Any, int, float, float, float, int]
 
 
 class DecodeLog:
-    """Wraps llama_cpp.llama_decode; every call's context, size, start and end."""
+    """Wraps llama_cpp.llama_decode; every call's context, size, start, end and threads."""
 
     def __init__(self) -> None:
         self.calls: list[Call] = []
@@ -65,7 +65,8 @@ class DecodeLog:
             self.calls.append((ctx, int(batch.n_tokens), t0, time.perf_counter(),
                                time.thread_time() - c0, int(llama_cpp.llama_n_threads(ctx))))
             return rc
-        llama_cpp.llama_decode = timed
+        # llama-cpp-python's own Llama calls it through its low-level module.
+        llama_cpp.llama_decode = llama_cpp.llama_cpp.llama_decode = timed
 
 
 def split(calls: list[Call], target_ctx: Any, end: float, cpu: float) -> dict[str, float]:
