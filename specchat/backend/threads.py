@@ -36,9 +36,9 @@ CHECK_EVERY = 512  # steps on all threads before trying one anyway (the referenc
 # much slower than one thread was.
 COLLAPSE = 4.0
 PROBE_ABORT = 2.0
-# A trial of one thread ends after TRIAL_EARLY steps that each took TRIAL_LOSS times what all
-# threads did: on a quiet two-core machine one thread is ~1.45x slower (docs/performance.md),
-# and the periodic check paid a window of six such steps every CHECK_EVERY steps.
+# One thread on trial gives up after TRIAL_EARLY steps that each took TRIAL_LOSS times the
+# all-thread cost: on a quiet two-core machine a one-thread step is about 1.5x slower
+# (docs/performance.md), so a whole window would cost every periodic check four more of them.
 TRIAL_EARLY = 2
 TRIAL_LOSS = 1.2
 SHARE_EVERY = 4  # steps between looks at how many specchat processes are decoding
