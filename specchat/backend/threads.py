@@ -134,11 +134,10 @@ class ThreadGovernor:
 
     def _one_lost_early(self) -> bool:
         """On trial on one thread: give up as soon as it plainly loses."""
-        early = self.window[:TRIAL_EARLY]
-        if not self.probing or self.full_cost is None or len(early) < TRIAL_EARLY or \
-                min(early) <= TRIAL_LOSS * self.full_cost:
+        if not self.probing or self.full_cost is None or len(self.window) != TRIAL_EARLY or \
+                min(self.window) <= TRIAL_LOSS * self.full_cost:
             return False
-        self._judge_one(statistics.median(early))
+        self._judge_one(statistics.median(self.window))
         return True
 
     def _judge_full(self, median: float) -> None:
