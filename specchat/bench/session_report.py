@@ -28,12 +28,13 @@ class Cell:
     steps: int = 0
     requests: int = 0
     sources: dict[str, list[int]] = field(default_factory=dict)  # drafted, accepted
-    pairs: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
+    # (session, request, round) -> (tokens, seconds): one pair of runs each
+    pairs: dict[tuple[str, int, int], tuple[float, float]] = field(default_factory=dict)
 
     def add(self, o: Outcome) -> None:
         # The peer's decode time starts after its first token (bench/peer.py).
         tokens = o.generated - (1 if o.mode == PEER else 0)
-        self.pairs[(o.session, o.index)] = (tokens, o.decode_seconds)
+        self.pairs[(o.session, o.index, o.round)] = (tokens, o.decode_seconds)
         self.tokens += tokens
         self.seconds += o.decode_seconds
         self.steps += o.steps
@@ -52,7 +53,7 @@ class Cell:
 class Row:
     session: str
     cells: dict[str, Cell]
-    same: int = 0  # requests whose greedy answer equals off's in every mode
+    same: int = 0  # runs of a request whose greedy answer equals off's in every mode
     compared: int = 0
 
     def ratio(self, mode: str, base: str = BASELINE) -> float | None:
@@ -60,7 +61,7 @@ class Row:
         return a.rate / b.rate if a and b and a.rate and b.rate else None
 
     def interval(self, mode: str, base: str = BASELINE) -> Interval | None:
-        """The ratio's 95% interval, paired per request (interval.py)."""
+        """The ratio's 95% interval, paired per request and round (interval.py)."""
         a, b = self.cells.get(mode), self.cells.get(base)
         if a is None or b is None:
             return None
@@ -69,17 +70,18 @@ class Row:
 
 
 def summarize(outcomes: Sequence[Outcome], modes: Sequence[str]) -> list[Row]:
-    """One row per session and an overall one, over every request but each session's first."""
+    """One row per session and an overall one, over every request but each session's first
+    (in every round)."""
     rows: dict[str, Row] = {}
-    by_request: dict[tuple[str, int], dict[str, Outcome]] = {}
+    by_request: dict[tuple[str, int, int], dict[str, Outcome]] = {}
     for o in outcomes:
-        by_request.setdefault((o.session, o.index), {})[o.mode] = o
+        by_request.setdefault((o.session, o.index, o.round), {})[o.mode] = o
         if o.index == 0:
             continue
         for key in (o.session, OVERALL):
             row = rows.setdefault(key, Row(key, {m: Cell() for m in modes}))
             row.cells[o.mode].add(o)
-    for (session, index), found in by_request.items():
+    for (session, index, _), found in by_request.items():
         base = found.get(BASELINE)
         if index == 0 or base is None:
             continue
@@ -100,7 +102,8 @@ def render(console: Console, rows: Sequence[Row], modes: Sequence[str]) -> None:
     ours = [m for m in modes if m not in (BASELINE, PEER)]
     table = Table(title="From each session's second request on: decode tokens/s, speed over "
                   "off and over llama-cpp-python (lcp), tokens per step, accepted/drafted by "
-                  "source, greedy answers equal to off's", title_justify="left")
+                  "source, greedy answers equal to off's (req: requests run, in all rounds)",
+                  title_justify="left")
     table.add_column("session", overflow="fold")
     table.add_column("req", justify="right")
     for m in modes:

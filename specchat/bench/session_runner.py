@@ -4,11 +4,13 @@ to one `specchat serve` process per mode (an agent calling a server).
 
 Each mode gets a drafting store of its own, empty at the start (SPECCHAT_DRAFT_STORE_DIR,
 and SPECCHAT_SERVE_STORE_DIR for a server):
-per session with processes, per run with a server (a server keeps one store across the
-sessions it serves). Speed is the engine's own decode time (tokens over seconds after the
-prefill), read from `ask --json` or the server's `usage.speculative`; llama-cpp-python's
-plain chat completion runs in this process (bench/peer.py). Modes alternate request by
-request, so a machine that drifts meanwhile hits every mode alike.
+per session with processes, per round with a server (a server keeps one store across the
+sessions it serves, so every round starts new servers). Speed is the engine's own decode time
+(tokens over seconds after the prefill), read from `ask --json` or the server's
+`usage.speculative`; llama-cpp-python's plain chat completion runs in this process
+(bench/peer.py). Modes alternate request by request, so a machine that drifts meanwhile hits
+every mode alike; with several rounds every session runs again from empty stores, and each
+(request, round) is one pair of runs for the intervals.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class Outcome:
     text: str
     tokens: list[int] = field(default_factory=list)
     sources: dict[str, dict[str, int]] = field(default_factory=dict)
+    round: int = 0  # which pass over the sessions (--rounds), each from empty stores
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -77,14 +80,29 @@ Listener = Callable[[Outcome], None]
 
 def run_sessions(sessions: Sequence[Session], modes: Sequence[str], launch: Launch,
                  workdir: Path, *, via: str = "ask", peer: Peer | None = None,
-                 listener: Listener | None = None) -> list[Outcome]:
-    """Every request of every session in every mode (and the peer's, by its name)."""
+                 listener: Listener | None = None, rounds: int = 1) -> list[Outcome]:
+    """Every request of every session in every mode (and the peer's, by its name), `rounds`
+    times over, each round in a folder of its own under `workdir`."""
+    out: list[Outcome] = []
+    requests = sum(len(s.requests) for s in sessions)
+    for round_ in range(rounds):
+        folder = workdir / f"round-{round_ + 1}"
+        folder.mkdir(mode=0o700)
+        # The order of modes keeps rotating across rounds: turns count on from the last.
+        out += _run_round(sessions, modes, launch, folder, via, peer, listener, round_,
+                          first_turn=round_ * requests)
+    return out
+
+
+def _run_round(sessions: Sequence[Session], modes: Sequence[str], launch: Launch,
+               folder: Path, via: str, peer: Peer | None, listener: Listener | None,
+               round_: int, first_turn: int) -> list[Outcome]:
     ours = [m for m in modes if peer is None or m != peer.name]
     with ExitStack() as stack:
-        servers = ({m: stack.enter_context(_server(launch, m, workdir / f"serve-{m}"))
+        servers = ({m: stack.enter_context(_server(launch, m, folder / f"serve-{m}"))
                     for m in ours} if via == "serve" else {})
         out: list[Outcome] = []
-        turn = 0
+        turn = first_turn
         for s in sessions:
             for i, request in enumerate(s.requests):
                 turn += 1
@@ -96,9 +114,10 @@ def run_sessions(sessions: Sequence[Session], modes: Sequence[str], launch: Laun
                         got = _serve_request(servers[mode], s, i, request, mode, launch)
                     else:
                         got = _ask_request(launch, s, i, request, mode,
-                                           workdir / store_folder(s.name, mode))
+                                           folder / store_folder(s.name, mode))
                     if got is None:
                         continue
+                    got.round = round_
                     out.append(got)
                     if listener is not None:
                         listener(got)

@@ -113,9 +113,9 @@ def bench(
         "--via", help="With --sessions: ask (each request a fresh `specchat ask` process, "
         "as a shell loop) or serve (one `specchat serve` per mode).")] = "ask",
     rounds: Annotated[int, typer.Option(
-        "--rounds", min=1, help="Answer the prompts this many times over, the modes "
-        "interleaved per prompt; speedups' 95% intervals pair each prompt's runs per "
-        "round.")] = 1,
+        "--rounds", min=1, help="Answer the prompts (or run the sessions, from empty "
+        "stores) this many times over, the modes interleaved per prompt; speedups' 95% "
+        "intervals pair each prompt's runs per round.")] = 1,
     *, settings: Settings,
 ) -> None:
     replaying = _check_runs(file, record_file, calibrate, cost_profile, recording, sessions)
@@ -124,9 +124,12 @@ def bench(
     if sessions:
         from specchat.commands.bench_sessions import bench_sessions
 
-        bench_sessions(file, categories, limit, modes, json_file, peer, via, settings)
+        bench_sessions(file, categories, limit, modes, json_file, peer, via, settings, rounds)
         return
     if replaying:
+        if rounds > 1:
+            raise UsageError("a priced replay (--cost-profile) gives the same figures every "
+                             "time: leave out --rounds")
         replay_command(cost_profile, recording, categories, limit, modes, json_file,
                        draft_max=settings["draft_max"])
         return

@@ -32,7 +32,7 @@ PASSED_ON = ("model", "draft", "ctx", "threads", "n_gpu_layers", "flash_attn", "
 
 def bench_sessions(file: Path | None, categories: str | None, limit: int | None,
                    modes: str | None, json_file: str | None, peer: bool, via: str,
-                   settings: Settings) -> None:
+                   settings: Settings, rounds: int = 1) -> None:
     if via not in VIAS:
         raise UsageError(f"--via must be one of {', '.join(VIAS)}, not {via!r}")
     sessions = _chosen(load_sessions(file), categories, limit)
@@ -49,14 +49,15 @@ def bench_sessions(file: Path | None, categories: str | None, limit: int | None,
 
     def heard(o: Outcome) -> None:
         rate = o.generated / o.decode_seconds if o.decode_seconds > 0 else 0.0
-        console.print(f"{o.session} {o.index + 1} {o.mode}: {o.generated} tokens, "
+        round_ = f"round {o.round + 1}: " if rounds > 1 else ""
+        console.print(f"{round_}{o.session} {o.index + 1} {o.mode}: {o.generated} tokens, "
                       f"{rate:.1f} tok/s", highlight=False)
 
     with tempfile.TemporaryDirectory(prefix="specchat-sessions-") as work:
         fileio.make_dirs(Path(work), private=True)  # the stores hold the sessions' words
         try:
             outcomes = run_sessions(sessions, mode_list, launch, Path(work), via=via,
-                                    peer=plain, listener=heard)
+                                    peer=plain, listener=heard, rounds=rounds)
         finally:
             if plain is not None:
                 plain.llm.close()
@@ -64,7 +65,7 @@ def bench_sessions(file: Path | None, categories: str | None, limit: int | None,
     report.render(Console(stderr=json_file == "-"), rows, mode_list)
     if json_file is not None:
         described = {"file": str(file) if file else "<built-in sessions>", "via": via,
-                     "modes": mode_list, "max_tokens": launch.max_tokens,
+                     "modes": mode_list, "rounds": rounds, "max_tokens": launch.max_tokens,
                      "model_flags": list(launch.model_flags)}
         text = json.dumps(report.to_json(outcomes, rows, mode_list, described), indent=1)
         if json_file == "-":

@@ -181,9 +181,60 @@ def test_a_session_name_never_becomes_a_path(tmp_path: Path) -> None:
     launch = Launch((sys.executable, "-c", FAKE_ASK), (), 4)
     outcomes = run_sessions(sessions, ["off"], launch, work)
     assert [o.session for o in outcomes] == names
-    made = sorted(p.name for p in work.iterdir())
+    assert [p.name for p in work.iterdir()] == ["round-1"]
+    made = sorted(p.name for p in (work / "round-1").iterdir())
     assert len(made) == len(names)  # one folder each, names that differ stay apart
-    assert all(p.is_dir() and not p.name.startswith(".") for p in work.iterdir())
+    assert all(p.is_dir() and not p.name.startswith(".") for p in (work / "round-1").iterdir())
     assert not outside.exists() and not (tmp_path / "escape-off").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
     assert store_folder("..", "off") in made and "/" not in "".join(made)
+
+
+# Counts the requests its store has seen before this one (a file per request), as steps.
+COUNTING_ASK = """
+import json, os
+store = os.environ["SPECCHAT_DRAFT_STORE_DIR"]
+os.makedirs(store, exist_ok=True)
+seen = len(os.listdir(store))
+open(os.path.join(store, f"request-{seen}"), "w").close()
+print(json.dumps({"text": "ok", "tokens": [1], "stats": {"generated": 1,
+                  "decode_seconds": 0.1, "steps": seen}}))
+"""
+
+
+def test_every_round_runs_the_sessions_again_from_empty_stores(tmp_path: Path) -> None:
+    from specchat.bench.session_runner import Launch, run_sessions
+    from specchat.bench.sessions import Session
+
+    sessions = [Session("a", "c", None, ["q1", "q2", "q3"]), Session("b", "c", None, ["q"])]
+    launch = Launch((sys.executable, "-c", COUNTING_ASK), (), 4)
+    outcomes = run_sessions(sessions, ["off", "auto"], launch, tmp_path, rounds=2)
+    assert len(outcomes) == 2 * 4 * 2
+    for o in outcomes:  # each mode's store held exactly the session's earlier requests
+        assert o.steps == o.index
+    assert {(o.session, o.index, o.mode, o.round) for o in outcomes} == \
+        {(s.name, i, m, r) for s in sessions for i in range(len(s.requests))
+         for m in ("off", "auto") for r in (0, 1)}
+    # The order of modes rotates on across rounds rather than restarting.
+    firsts = [o.mode for o in outcomes][::2]
+    assert firsts == ["auto", "off"] * 4
+
+
+def test_each_round_of_a_request_is_one_pair_of_runs() -> None:
+    runs = []
+    for round_, auto_seconds in ((0, 1.0), (1, 2.0)):
+        for o in (outcome("s", 0, "off", 100, 1.0, [1]), outcome("s", 0, "auto", 100, 1.0, [1]),
+                  outcome("s", 1, "off", 100, 2.0, [1]),
+                  outcome("s", 1, "auto", 100, auto_seconds, [1 + round_])):
+            o.round = round_
+            runs.append(o)
+    s = next(r for r in summarize(runs, ["off", "auto"]) if r.session == "s")
+    assert s.cells["auto"].requests == 2 and len(s.cells["auto"].pairs) == 2
+    assert s.ratio("auto") == pytest.approx((200 / 3.0) / (200 / 4.0))
+    assert (s.same, s.compared) == (1, 2)  # round 2's answer differed from off's
+
+
+def test_rounds_of_a_priced_replay_are_refused(capsys: Any) -> None:
+    code, _, err = run_cli(["bench", "--cost-profile", "cpu-2core-qwen1.5b", "--rounds", "2"],
+                           capsys)
+    assert code == 2 and "--rounds" in err and len(err.strip().splitlines()) == 1
