@@ -1,9 +1,11 @@
 """What a verify batch of each size costs the target, in plain steps (docs/costs.md).
 
     python benchmarks/batchcost.py -m qwen2.5-coder-1.5b --depths 48,600,1500 --rounds 3
+        [--largest 17]
 
 For each thread count and context depth: `--rounds` rounds of specchat's own calibration
-measurement (the fastest of 3 evals of n tokens, all n logits rows, n = 1..17), and the
+measurement (the fastest of 3 evals of n tokens, all n logits rows, n = 1..17 unless
+--largest says otherwise, e.g. 33 for what drafts longer than the table would cost), and the
 median over rounds of each size's cost over a plain step's. `specchat bench --calibrate`
 takes one round; this shows how steady the shape is, whether it moves with depth and with
 one thread instead of all (what the thread governor switches to under contention).
@@ -30,22 +32,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--depths", default="200")
     ap.add_argument("--threads", default="", help="comma-separated counts (default: all, 1)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--largest", type=int, default=SIZES[-1], help="the largest batch measured")
     args = ap.parse_args(argv)
+    sizes = tuple(range(1, max(args.largest, 2) + 1))
     settings = LoadSettings(model=args.model, draft="none", spec="off", n_ctx=4096)
     with open_runtime(settings) as rt:
         target = rt.target
         counts = [int(t) for t in args.threads.split(",") if t] or [default_threads(), 1]
-        print("threads depth step_ms " + " ".join(f"{n:>5}" for n in SIZES))
+        print("threads depth step_ms " + " ".join(f"{n:>5}" for n in sizes))
         for threads in dict.fromkeys(counts):
             target.set_threads(threads)
             for depth in (int(d) for d in args.depths.split(",")):
                 rounds = []
                 for _ in range(args.rounds):
-                    rounds.append(measure(target, SIZES, 3, depth=depth))
+                    rounds.append(measure(target, sizes, 3, depth=depth))
                     target.truncate(0)
-                med = {n: statistics.median(r[n] for r in rounds) for n in SIZES}
+                med = {n: statistics.median(r[n] for r in rounds) for n in sizes}
                 print(f"{threads:>7} {depth:>5} {med[1] * 1000:7.1f} "
-                      + " ".join(f"{med[n] / med[1]:5.2f}" for n in SIZES), flush=True)
+                      + " ".join(f"{med[n] / med[1]:5.2f}" for n in sizes), flush=True)
     return 0
 
 
