@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specchat import fileio
 from specchat.bench.prompts import BenchPrompt
 from specchat.bench.runner import Peer, mode_order
 from specchat.bench.sessions import Session
@@ -86,8 +87,7 @@ def run_sessions(sessions: Sequence[Session], modes: Sequence[str], launch: Laun
     out: list[Outcome] = []
     requests = sum(len(s.requests) for s in sessions)
     for round_ in range(rounds):
-        folder = workdir / f"round-{round_ + 1}"
-        folder.mkdir(mode=0o700)
+        folder = fileio.make_dirs(workdir / f"round-{round_ + 1}", private=True)
         # The order of modes keeps rotating across rounds: turns count on from the last.
         out += _run_round(sessions, modes, launch, folder, via, peer, listener, round_,
                           first_turn=round_ * requests)

@@ -118,7 +118,8 @@ def bench(
         "intervals pair each prompt's runs per round.")] = 1,
     *, settings: Settings,
 ) -> None:
-    replaying = _check_runs(file, record_file, calibrate, cost_profile, recording, sessions)
+    replaying = _check_runs(file, record_file, calibrate, cost_profile, recording, sessions,
+                            rounds)
     _check_writable(json_file)
     _check_writable(record_file, "--record")
     if sessions:
@@ -127,9 +128,6 @@ def bench(
         bench_sessions(file, categories, limit, modes, json_file, peer, via, settings, rounds)
         return
     if replaying:
-        if rounds > 1:
-            raise UsageError("a priced replay (--cost-profile) gives the same figures every "
-                             "time: leave out --rounds")
         replay_command(cost_profile, recording, categories, limit, modes, json_file,
                        draft_max=settings["draft_max"])
         return
@@ -178,13 +176,19 @@ def bench(
 
 
 def _check_runs(file: Path | None, record_file: str | None, calibrate: bool,
-                cost_profile: str | None, recording: str | None, sessions: bool = False) -> bool:
+                cost_profile: str | None, recording: str | None, sessions: bool = False,
+                rounds: int = 1) -> bool:
     """Which kind of run the flags ask for (True: a priced replay); flags of two kinds are a
     usage error rather than one of them being ignored."""
     if sessions and (cost_profile is not None or recording is not None or
                      record_file is not None or calibrate):
         raise UsageError("--sessions runs sessions of requests: leave out --cost-profile, "
                          "--recording, --record and --calibrate")
+    once = ("--cost-profile" if cost_profile is not None or recording is not None else
+            "--record" if record_file is not None else "--calibrate" if calibrate else None)
+    if rounds > 1 and once is not None:
+        raise UsageError(f"{once} runs once (a replay repeats exactly; a recording and a "
+                         "calibration are taken once): leave out --rounds")
     if cost_profile is not None or recording is not None:
         if file is not None or record_file is not None or calibrate:
             raise UsageError("--cost-profile replays a recording (--recording FILE); it runs "

@@ -234,7 +234,9 @@ def test_each_round_of_a_request_is_one_pair_of_runs() -> None:
     assert (s.same, s.compared) == (1, 2)  # round 2's answer differed from off's
 
 
-def test_rounds_of_a_priced_replay_are_refused(capsys: Any) -> None:
-    code, _, err = run_cli(["bench", "--cost-profile", "cpu-2core-qwen1.5b", "--rounds", "2"],
-                           capsys)
-    assert code == 2 and "--rounds" in err and len(err.strip().splitlines()) == 1
+@pytest.mark.parametrize("flags", [["--cost-profile", "cpu-2core-qwen1.5b"],
+                                   ["--record", "r.json"], ["--calibrate"]])
+def test_rounds_of_a_run_that_happens_once_are_refused(flags: list[str], capsys: Any) -> None:
+    code, _, err = run_cli(["bench", *flags, "--rounds", "2"], capsys)
+    assert code == 2 and "--rounds" in err and flags[0] in err
+    assert len(err.strip().splitlines()) == 1
