@@ -79,33 +79,45 @@ class Launch:
 Listener = Callable[[Outcome], None]
 
 
+@dataclass
+class SessionsRun:
+    outcomes: list[Outcome] = field(default_factory=list)  # whole requests: every mode's run
+    interrupted: bool = False  # Ctrl-C: the request in flight was dropped, the rest kept
+
+
 def run_sessions(sessions: Sequence[Session], modes: Sequence[str], launch: Launch,
                  workdir: Path, *, via: str = "ask", peer: Peer | None = None,
-                 listener: Listener | None = None, rounds: int = 1) -> list[Outcome]:
+                 listener: Listener | None = None, rounds: int = 1) -> SessionsRun:
     """Every request of every session in every mode (and the peer's, by its name), `rounds`
-    times over, each round in a folder of its own under `workdir`."""
-    out: list[Outcome] = []
+    times over, each round in a folder of its own under `workdir`. Ctrl-C keeps the requests
+    already answered in every mode."""
+    run = SessionsRun()
     requests = sum(len(s.requests) for s in sessions)
-    for round_ in range(rounds):
-        folder = fileio.make_dirs(workdir / f"round-{round_ + 1}", private=True)
-        # The order of modes keeps rotating across rounds: turns count on from the last.
-        out += _run_round(sessions, modes, launch, folder, via, peer, listener, round_,
-                          first_turn=round_ * requests)
-    return out
+    try:
+        for round_ in range(rounds):
+            folder = fileio.make_dirs(workdir / f"round-{round_ + 1}", private=True)
+            # The order of modes keeps rotating across rounds: turns count on from the last.
+            _run_round(sessions, modes, launch, folder, via, peer, listener, round_,
+                       round_ * requests, run.outcomes)
+    except KeyboardInterrupt:
+        run.interrupted = True
+    return run
 
 
 def _run_round(sessions: Sequence[Session], modes: Sequence[str], launch: Launch,
                folder: Path, via: str, peer: Peer | None, listener: Listener | None,
-               round_: int, first_turn: int) -> list[Outcome]:
+               round_: int, first_turn: int, out: list[Outcome]) -> None:
+    """One round, each request's runs added to `out` once it is answered in every mode (a
+    request missing a mode would bias the sums)."""
     ours = [m for m in modes if peer is None or m != peer.name]
     with ExitStack() as stack:
         servers = ({m: stack.enter_context(_server(launch, m, folder / f"serve-{m}"))
                     for m in ours} if via == "serve" else {})
-        out: list[Outcome] = []
         turn = first_turn
         for s in sessions:
             for i, request in enumerate(s.requests):
                 turn += 1
+                answered: list[Outcome] = []
                 for mode in mode_order(list(modes), turn):
                     got: Outcome | None
                     if peer is not None and mode == peer.name:
@@ -118,10 +130,10 @@ def _run_round(sessions: Sequence[Session], modes: Sequence[str], launch: Launch
                     if got is None:
                         continue
                     got.round = round_
-                    out.append(got)
+                    answered.append(got)
                     if listener is not None:
                         listener(got)
-        return out
+                out.extend(answered)
 
 
 def store_folder(session: str, mode: str) -> str:

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import typer
 from rich.console import Console
 
 from specchat import fileio
@@ -21,7 +22,7 @@ from specchat.bench.runner import parse_modes
 from specchat.bench.session_runner import Launch, Outcome, run_sessions, specchat_argv
 from specchat.bench.sessions import Session, load_sessions
 from specchat.engine.options import Spec
-from specchat.errors import ModelError, UsageError
+from specchat.errors import EXIT_INTERRUPTED, ModelError, UsageError
 from specchat.settings.file import Settings
 from specchat.settings.schema import BY_NAME
 from specchat.term import output
@@ -56,23 +57,31 @@ def bench_sessions(file: Path | None, categories: str | None, limit: int | None,
     with tempfile.TemporaryDirectory(prefix="specchat-sessions-") as work:
         fileio.make_dirs(Path(work), private=True)  # the stores hold the sessions' words
         try:
-            outcomes = run_sessions(sessions, mode_list, launch, Path(work), via=via,
-                                    peer=plain, listener=heard, rounds=rounds)
+            run = run_sessions(sessions, mode_list, launch, Path(work), via=via, peer=plain,
+                               listener=heard, rounds=rounds)
         finally:
             if plain is not None:
                 plain.llm.close()
-    rows = report.summarize(outcomes, mode_list)
+    rows = report.summarize(run.outcomes, mode_list)
     report.render(Console(stderr=json_file == "-"), rows, mode_list)
     if json_file is not None:
         described = {"file": str(file) if file else "<built-in sessions>", "via": via,
                      "modes": mode_list, "rounds": rounds, "max_tokens": launch.max_tokens,
-                     "model_flags": list(launch.model_flags)}
-        text = json.dumps(report.to_json(outcomes, rows, mode_list, described), indent=1)
-        if json_file == "-":
-            output.write(text + "\n")
-        else:
-            fileio.atomic_write(Path(json_file), text + "\n")
-            print(f"specchat: wrote {json_file}", file=sys.stderr)
+                     "model_flags": list(launch.model_flags), "interrupted": run.interrupted}
+        _write_json(json_file, report.to_json(run.outcomes, rows, mode_list, described))
+    if run.interrupted:
+        print("specchat: interrupted: the tables cover the requests answered in every mode",
+              file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _write_json(json_file: str, data: dict[str, Any]) -> None:
+    text = json.dumps(data, indent=1)
+    if json_file == "-":
+        output.write(text + "\n")
+    else:
+        fileio.atomic_write(Path(json_file), text + "\n")
+        print(f"specchat: wrote {json_file}", file=sys.stderr)
 
 
 def _chosen(sessions: list[Session], categories: str | None,

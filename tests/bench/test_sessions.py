@@ -179,7 +179,7 @@ def test_a_session_name_never_becomes_a_path(tmp_path: Path) -> None:
     names = [str(outside / "x"), "../../../escape", "..", "sql shop", "sql_shop", ".hidden"]
     sessions = [Session(name, "c", None, ["q"]) for name in names]
     launch = Launch((sys.executable, "-c", FAKE_ASK), (), 4)
-    outcomes = run_sessions(sessions, ["off"], launch, work)
+    outcomes = run_sessions(sessions, ["off"], launch, work).outcomes
     assert [o.session for o in outcomes] == names
     assert [p.name for p in work.iterdir()] == ["round-1"]
     made = sorted(p.name for p in (work / "round-1").iterdir())
@@ -208,7 +208,7 @@ def test_every_round_runs_the_sessions_again_from_empty_stores(tmp_path: Path) -
 
     sessions = [Session("a", "c", None, ["q1", "q2", "q3"]), Session("b", "c", None, ["q"])]
     launch = Launch((sys.executable, "-c", COUNTING_ASK), (), 4)
-    outcomes = run_sessions(sessions, ["off", "auto"], launch, tmp_path, rounds=2)
+    outcomes = run_sessions(sessions, ["off", "auto"], launch, tmp_path, rounds=2).outcomes
     assert len(outcomes) == 2 * 4 * 2
     for o in outcomes:  # each mode's store held exactly the session's earlier requests
         assert o.steps == o.index
@@ -240,3 +240,22 @@ def test_rounds_of_a_run_that_happens_once_are_refused(flags: list[str], capsys:
     code, _, err = run_cli(["bench", *flags, "--rounds", "2"], capsys)
     assert code == 2 and "--rounds" in err and flags[0] in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_ctrl_c_keeps_the_requests_answered_in_every_mode(tmp_path: Path) -> None:
+    from specchat.bench.session_runner import Launch, Outcome, run_sessions
+    from specchat.bench.sessions import Session
+
+    heard: list[Outcome] = []
+
+    def listener(o: Outcome) -> None:
+        heard.append(o)
+        if len(heard) == 5:  # the third request's first mode has answered
+            raise KeyboardInterrupt
+
+    sessions = [Session("a", "c", None, ["q1", "q2", "q3"])]
+    launch = Launch((sys.executable, "-c", COUNTING_ASK), (), 4)
+    run = run_sessions(sessions, ["off", "auto"], launch, tmp_path, listener=listener,
+                       rounds=2)
+    assert run.interrupted
+    assert [(o.index, o.round) for o in run.outcomes] == [(0, 0), (0, 0), (1, 0), (1, 0)]
