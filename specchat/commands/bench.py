@@ -50,7 +50,6 @@ from specchat.settings.file import Settings
 from specchat.settings.flags import with_options
 from specchat.settings.load import LoadSettings
 from specchat.settings.schema import MODEL, group
-from specchat.term import output
 
 DEFAULT_MODES = (Spec.AUTO, Spec.NGRAM, Spec.DRAFT)
 DEFAULT_MAX_TOKENS = 128
@@ -304,11 +303,6 @@ def _report(result: BenchResult, modes: list[str], settings: dict[str, Any],
     render_ceiling(console, settings["ceiling"])
     if json_file is None:
         return
-    document = json.dumps(to_json(result, modes, settings), ensure_ascii=False, indent=1)
-    if to_stdout:
-        output.write(document + "\n")
-        return
-    # Asked for by name, so an existing file is replaced; private, since it holds the
-    # prompts and the answers. A failure is a FileIOError: one line.
-    fileio.atomic_write(Path(json_file), document + "\n")
-    print(f"specchat: wrote {json_file}", file=sys.stderr)
+    # Private: it holds the prompts and the answers.
+    c.write_report(json_file, json.dumps(to_json(result, modes, settings), ensure_ascii=False,
+                                         indent=1))

@@ -21,11 +21,11 @@ from specchat.bench.peer import ChatCompletionPeer
 from specchat.bench.runner import parse_modes
 from specchat.bench.session_runner import Launch, Outcome, run_sessions, specchat_argv
 from specchat.bench.sessions import Session, load_sessions
+from specchat.commands import common as c
 from specchat.engine.options import Spec
 from specchat.errors import EXIT_INTERRUPTED, ModelError, UsageError
 from specchat.settings.file import Settings
 from specchat.settings.schema import BY_NAME
-from specchat.term import output
 
 VIAS = ("ask", "serve")
 PASSED_ON = ("model", "draft", "ctx", "threads", "n_gpu_layers", "flash_attn", "exact")
@@ -68,20 +68,12 @@ def bench_sessions(file: Path | None, categories: str | None, limit: int | None,
         described = {"file": str(file) if file else "<built-in sessions>", "via": via,
                      "modes": mode_list, "rounds": rounds, "max_tokens": launch.max_tokens,
                      "model_flags": list(launch.model_flags), "interrupted": run.interrupted}
-        _write_json(json_file, report.to_json(run.outcomes, rows, mode_list, described))
+        c.write_report(json_file, json.dumps(
+            report.to_json(run.outcomes, rows, mode_list, described), indent=1))
     if run.interrupted:
         print("specchat: interrupted: the tables cover the requests answered in every mode",
               file=sys.stderr)
         raise typer.Exit(EXIT_INTERRUPTED)
-
-
-def _write_json(json_file: str, data: dict[str, Any]) -> None:
-    text = json.dumps(data, indent=1)
-    if json_file == "-":
-        output.write(text + "\n")
-    else:
-        fileio.atomic_write(Path(json_file), text + "\n")
-        print(f"specchat: wrote {json_file}", file=sys.stderr)
 
 
 def _chosen(sessions: list[Session], categories: str | None,

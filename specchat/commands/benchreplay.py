@@ -14,7 +14,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from specchat import fileio
 from specchat.backend.loading import open_runtime
 from specchat.bench import profiles
 from specchat.bench import prompts as bp
@@ -22,11 +21,11 @@ from specchat.bench import recording as rec
 from specchat.bench.priced import priced_bench
 from specchat.bench.pricedreport import render_priced
 from specchat.bench.runner import parse_modes
+from specchat.commands.common import write_report
 from specchat.engine.options import Spec
 from specchat.errors import UsageError
 from specchat.settings.file import Settings
 from specchat.settings.load import LoadSettings
-from specchat.term import output
 
 
 def record_command(settings: Settings, file: Path | None, chosen: list[bp.BenchPrompt],
@@ -73,13 +72,8 @@ def replay_command(profile_name: str | None, recording_name: str | None,
         result = priced_bench(recorded, profile, specs, draft_max=draft_max, oracles=oracles,
                               listener=tell)
     render_priced(console, result)
-    if json_file is not None:
-        document = json.dumps(result.to_dict(), indent=1) + "\n"
-        if json_file == "-":
-            output.write(document)
-        else:
-            fileio.atomic_write(Path(json_file), document, private=False)
-            print(f"specchat: wrote {json_file}", file=sys.stderr)
+    if json_file is not None:  # no one's words: prices of a built-in or given recording
+        write_report(json_file, json.dumps(result.to_dict(), indent=1), private=False)
 
 
 DEFAULT_PRICED_MODES = (Spec.NGRAM, Spec.DRAFT, Spec.AUTO)

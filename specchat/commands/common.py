@@ -1,5 +1,6 @@
 """What `ask`, `chat` and `bench` share: which options they take, turning resolved settings
-into the engine's options and a remote backend, and reading a piped prompt.
+into the engine's options and a remote backend, reading a piped prompt, and writing a
+bench's --json report.
 
 The options themselves are declared once, in specchat/settings/schema.py.
 """
@@ -7,6 +8,7 @@ The options themselves are declared once, in specchat/settings/schema.py.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -26,6 +28,7 @@ from specchat.settings.schema import (
     generation_options,
     group,
 )
+from specchat.term import output
 
 if TYPE_CHECKING:
     from specchat.backend.remote import RemoteRuntime
@@ -66,3 +69,14 @@ def read_piped() -> bytes:
     except fileio.FileIOError as exc:
         raise UsageError(f"{exc}: a prompt is at most that; pipe the part that matters "
                          "(head -c, grep, a diff of fewer files)") from None
+
+
+def write_report(json_file: str, document: str, *, private: bool = True) -> None:
+    """A bench's --json document: to stdout for "-", else written atomically to the file named
+    (asked for by name, so an existing file is replaced); private where it holds prompts and
+    answers. A failure is a FileIOError: one line."""
+    if json_file == "-":
+        output.write(document + "\n")
+        return
+    fileio.atomic_write(Path(json_file), document + "\n", private=private)
+    print(f"specchat: wrote {json_file}", file=sys.stderr)
