@@ -69,8 +69,11 @@ def _renumbered(requests: list[Request], eog: frozenset[int]) -> list[Renumbered
 
 
 def replay_session(requests: list[Request], recording: rec.Recording, profile: CostProfile,
-                   draft_max: int = DRAFT_MAX) -> list[tuple[float, float]]:
-    """Every request of one session under `auto`, in order: (auto's seconds, off's) each."""
+                   draft_max: int = DRAFT_MAX, decide: CostProfile | None = None
+                   ) -> list[tuple[float, float]]:
+    """Every request of one session under `auto`, in order: (auto's seconds, off's) each.
+    Priced on `profile`; `auto` decides on `decide`'s tables where given (what a machine
+    whose real costs differ from its calibration does), else on the same."""
     segments: list[Segment] = []
     learnt: dict[str, dict[str, list[float]]] = {}
     out = []
@@ -81,7 +84,7 @@ def replay_session(requests: list[Request], recording: rec.Recording, profile: C
                              branches=TREE_BRANCHES)
         draft = None if profile.draft is None or data.draft is None else StandIn(
             data.draft, n, data, profile.draft, clock, "draft", data.draft_p)
-        state = profile.auto_state()
+        state = (decide or profile).auto_state()
         state.import_acceptance(learnt)
         store = SuffixIndex(list(segments), data.n_vocab)
         options = GenerationOptions(max_tokens=recording.max_tokens, spec=Spec.AUTO,
@@ -110,14 +113,15 @@ class SessionsRow:
 
 
 def sweep_sessions(recording: rec.Recording, profiles: Iterable[CostProfile],
-                   draft_max: int = DRAFT_MAX) -> list[SessionsRow]:
+                   draft_max: int = DRAFT_MAX, decide: CostProfile | None = None
+                   ) -> list[SessionsRow]:
     sessions = sessions_of(recording)
     rows = []
     for profile in profiles:
         row = SessionsRow(profile.name)
         total = [0.0, 0.0]
         for name, requests in sessions.items():
-            timed = replay_session(requests, recording, profile, draft_max)[1:]
+            timed = replay_session(requests, recording, profile, draft_max, decide)[1:]
             auto, plain = sum(t[0] for t in timed), sum(t[1] for t in timed)
             row.auto_over_off[name] = plain / auto
             total[0] += auto

@@ -178,6 +178,20 @@ def test_the_recorded_sessions_replay_in_order_and_repeat_exactly() -> None:
     assert all(auto < plain for auto, plain in first[1:]), name
 
 
+def test_a_session_replay_decides_on_one_table_and_is_priced_on_another() -> None:
+    recording = load_sessions_recording()
+    requests = sessions_of(recording)["sql-shop"]
+    flat, steep = synthetic(0.1, 0.1), synthetic(0.75, 0.1)
+    own = replay_session(requests, recording, steep)
+    assert replay_session(requests, recording, steep, decide=steep) == own
+    # Deciding as if batches were nearly free on a machine where they are not drafts more,
+    # and every such draft is priced at the steep table's rate: the session gets slower.
+    misled = replay_session(requests, recording, steep, decide=flat)
+    assert misled != own
+    assert sum(a for a, _ in misled[1:]) > sum(a for a, _ in own[1:])
+    assert [p for _, p in misled] == [p for _, p in own]  # off is priced alike
+
+
 def test_auto_on_the_recorded_sessions_is_never_slower_than_off_on_any_shape() -> None:
     # `specchat bench --sessions` as a priced replay: each request a fresh process with a
     # cold draft model, the drafting store holding the earlier requests, from the second on.
