@@ -20,6 +20,7 @@ from typing import Any
 
 from specchat.backend.loading import open_runtime
 from specchat.bench.sessions import load_sessions
+from specchat.engine.options import Spec
 from specchat.engine.protocol import common_prefix
 from specchat.settings.load import LoadSettings
 
@@ -36,7 +37,7 @@ def main() -> int:
         by.setdefault((r["session"], r["index"]), {})[r["mode"]] = r["tokens"]
     sessions = {s.name: s for s in load_sessions(args.sessions)}
     compared = differ = 0
-    with open_runtime(LoadSettings(model=args.model, spec="off")) as rt:
+    with open_runtime(LoadSettings(model=args.model, spec=Spec.OFF)) as rt:
         for (name, i), modes in sorted(by.items()):
             off = modes.get("off")
             for mode, tokens in sorted(modes.items()):

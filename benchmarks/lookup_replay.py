@@ -55,14 +55,14 @@ def collect(args: argparse.Namespace) -> int:
     chosen = bp.select(bp.load_prompts(Path(args.file) if args.file else None),
                        bp.parse_categories(args.categories), args.limit)
     out: list[dict[str, Any]] = []
-    with open_runtime(LoadSettings(model=args.model, spec="off", n_ctx=args.ctx)) as rt:
+    with open_runtime(LoadSettings(model=args.model, spec=Spec.OFF, n_ctx=args.ctx)) as rt:
         for p in chosen:
             tokens = rt.chat_tokens([{"role": "user", "content": p.text}])
             if len(tokens) + args.max_tokens > rt.target.n_ctx:
                 continue
             rt.target.truncate(0)
             *_, fin = rt.stream(tokens, GenerationOptions(max_tokens=args.max_tokens,
-                                                          spec="off"))
+                                                          spec=Spec.OFF))
             assert isinstance(fin, Finished)
             out.append({"question_id": p.question_id, "category": p.category,
                         "prompt": tokens, "answer": list(fin.tokens)})

@@ -42,7 +42,7 @@ from specchat.backend.tuning import measured_auto_state
 from specchat.bench import prompts as bp
 from specchat.bench.runner import mode_order
 from specchat.engine.events import Chunk, drain
-from specchat.engine.options import GenerationOptions
+from specchat.engine.options import GenerationOptions, Spec
 from specchat.errors import SpecchatError
 from specchat.settings.load import LoadSettings
 
@@ -125,7 +125,7 @@ def run_lcp(llm: Any, prompt: list[int], max_tokens: int,
 def specchat_configs(runtime: Runtime, modes: Sequence[str], draft_max: int) -> list[Config]:
     def runner(mode: str) -> Callable[[list[int], int], Timed]:
         def run(prompt: list[int], max_tokens: int) -> Timed:
-            options = GenerationOptions(max_tokens=max_tokens, spec=mode, draft_max=draft_max)
+            options = GenerationOptions(max_tokens=max_tokens, spec=Spec(mode), draft_max=draft_max)
             return run_specchat(runtime, prompt, options)
         return run
     return [Config(f"specchat {m}", SPECCHAT_BASE, runner(m)) for m in modes]
@@ -249,7 +249,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.draft is None:
         modes = [m for m in modes if m != "draft"]
     settings = LoadSettings(model=args.model, draft=args.draft or "none",
-                            spec="draft" if args.draft else "ngram", n_ctx=args.ctx,
+                            spec=Spec.DRAFT if args.draft else Spec.NGRAM, n_ctx=args.ctx,
                             n_gpu_layers=args.n_gpu_layers, threads=args.threads)
     err = Console(stderr=True)
     with open_runtime(settings) as runtime:

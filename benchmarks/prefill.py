@@ -21,7 +21,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import llama_cpp
 
@@ -84,7 +84,9 @@ def llama_runner(path: Path, n_ctx: int, threads: int, messages: list[dict[str, 
     def run() -> float:
         llm.reset()
         t0 = time.perf_counter()
-        llm.create_chat_completion(messages, max_tokens=1, temperature=0.0)
+        # The same role/content dicts the chat template takes; llama-cpp-python types each role.
+        llm.create_chat_completion(cast("list[llama_cpp.ChatCompletionRequestMessage]", messages),
+                                   max_tokens=1, temperature=0.0)
         return time.perf_counter() - t0
     return run
 

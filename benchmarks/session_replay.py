@@ -59,7 +59,7 @@ def collect(args: argparse.Namespace) -> int:
 
     sessions = load_sessions(Path(args.file) if args.file else None)
     out: list[dict[str, Any]] = []
-    with open_runtime(LoadSettings(model=args.model, spec="off", n_ctx=args.ctx)) as rt:
+    with open_runtime(LoadSettings(model=args.model, spec=Spec.OFF, n_ctx=args.ctx)) as rt:
         for s in sessions:
             items = []
             for request in s.requests:
@@ -67,7 +67,7 @@ def collect(args: argparse.Namespace) -> int:
                 tokens = rt.chat_tokens(messages)
                 rt.target.truncate(0)
                 *_, fin = rt.stream(tokens, GenerationOptions(max_tokens=args.max_tokens,
-                                                              spec="off"))
+                                                              spec=Spec.OFF))
                 assert isinstance(fin, Finished)
                 items.append({"prompt": tokens, "answer": list(fin.tokens),
                               "cut": record_start(rt.chat_tokens, messages, tokens)})
@@ -186,11 +186,11 @@ def lookups(args: argparse.Namespace) -> int:
                 segments.append(Segment.of_records([r["prompt"][r["cut"]:] + r["answer"]]))
     names = ("contested, 1", "contested, 2+", "sole, 1", "sole, 2", "sole, 3+")
     print("match length  support (occurrences)  candidates  right")
-    for (bucket, support), (n, right) in sorted(tally.items()):
-        edges = (2, *MATCH_BUCKETS, None)
-        span = f"{edges[bucket]}-{edges[bucket + 1] - 1}" if edges[bucket + 1] else \
-            f"{edges[bucket]}+"
-        print(f"{span:12}  {names[support]:22} {n:10}  {right / n:5.0%}")
+    edges = (2, *MATCH_BUCKETS)
+    for (length, kind), (n, right) in sorted(tally.items()):
+        low = edges[length]
+        span = f"{low}-{edges[length + 1] - 1}" if length + 1 < len(edges) else f"{low}+"
+        print(f"{span:12}  {names[kind]:22} {n:10}  {right / n:5.0%}")
     return 0
 
 

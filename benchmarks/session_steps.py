@@ -26,7 +26,7 @@ from specchat.backend.draftstore import record_start
 from specchat.backend.loading import open_runtime
 from specchat.bench.sessions import load_sessions
 from specchat.engine.events import Finished
-from specchat.engine.options import GenerationOptions
+from specchat.engine.options import GenerationOptions, Spec
 from specchat.settings.load import LoadSettings
 
 
@@ -37,13 +37,13 @@ def main() -> int:
     ap.add_argument("-n", "--max-tokens", type=int, default=128)
     args = ap.parse_args()
     session = {s.name: s for s in load_sessions(None)}[args.session]
-    with open_runtime(LoadSettings(model=args.model, spec="auto")) as rt:
+    with open_runtime(LoadSettings(model=args.model, spec=Spec.AUTO)) as rt:
         log: list[tuple[int, float]] = []
         real = rt.target.eval
 
-        def timed(tokens: Sequence[int], rows: Sequence[int]) -> np.ndarray:
+        def timed(tokens: Sequence[int], logit_rows: Sequence[int]) -> np.ndarray:
             t = time.perf_counter()
-            out = real(tokens, rows)
+            out = real(tokens, logit_rows)
             log.append((len(tokens), time.perf_counter() - t))
             return out
 
@@ -56,7 +56,7 @@ def main() -> int:
                 rt.target.truncate(0)
                 log.clear()
                 events = rt.stream(tokens, GenerationOptions(max_tokens=args.max_tokens,
-                                                             spec=mode))
+                                                             spec=Spec(mode)))
                 if mode == "auto":
                     events = rt.kept(events, tokens[record_start(rt.chat_tokens, messages,
                                                                  tokens):])
