@@ -52,17 +52,23 @@ def summary(calls: list[Call]) -> list[str]:
     return lines
 
 
-def main(argv: list[str]) -> int:
+def run_logged(argv: list[str]) -> tuple[int, list[Call]]:
+    """The CLI run in this process with `argv`: its exit code and every llama_decode call."""
     log = DecodeLog()
     log.install()
     sys.argv = ["specchat", *argv]
     try:
         specchat_main()
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     else:
         code = 0
-    print("\n".join(summary(log.calls)), file=sys.stderr)
+    return code, log.calls
+
+
+def main(argv: list[str]) -> int:
+    code, calls = run_logged(argv)
+    print("\n".join(summary(calls)), file=sys.stderr)
     return code
 
 

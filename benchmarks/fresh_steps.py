@@ -36,7 +36,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from step_overhead import Call, DecodeLog  # benchmarks/step_overhead.py, beside this file
+from decode_log import run_logged  # benchmarks/decode_log.py, beside this file
+from step_overhead import Call  # benchmarks/step_overhead.py
 
 from specchat.bench.interval import paired_ratio
 from specchat.bench.profiles import load
@@ -65,18 +66,10 @@ def target_steps(calls: list[Call]) -> dict[str, Any]:
 
 def child(out: str, argv: list[str]) -> int:
     """Run the CLI in this process with every llama_decode timed; write target_steps."""
-    from specchat.cli import main as specchat_main  # after the wrapper's module is loaded
-
-    log = DecodeLog()
-    log.install()
-    sys.argv = ["specchat", *argv]
-    try:
-        specchat_main()
-    except SystemExit as exc:
-        if exc.code not in (0, None):
-            return int(exc.code) if isinstance(exc.code, int) else 1
-    Path(out).write_text(json.dumps(target_steps(log.calls)))
-    return 0
+    code, calls = run_logged(argv)
+    if code == 0:
+        Path(out).write_text(json.dumps(target_steps(calls)))
+    return code
 
 
 def ask(mode: str, args: argparse.Namespace, prompt: str) -> list[str]:
