@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from specchat.bench.priced import OVERALL
 from specchat.bench.profiles import CostProfile, load
-from specchat.bench.replay import replay_mode
+from specchat.bench.replay import replay_modes
 from specchat.bench.sessionsweep import load_sessions_recording, sweep_sessions
 from specchat.commands.benchreplay import load_recording
 from specchat.engine.options import Spec
@@ -41,13 +41,8 @@ def replayed(price: CostProfile, decide: CostProfile) -> str:
     deciding and `price`'s pricing."""
     cells = []
     for name in RECORDINGS:
-        recording = load_recording(name)
-        state = decide.auto_state()  # carried across prompts, as replay_modes does
-        auto = plain = 0.0
-        for item in recording.items:
-            run = replay_mode(item, recording, price, Spec.AUTO, state)
-            auto, plain = auto + run.seconds, plain + run.plain_seconds
-        cells.append(f"{plain / auto:.3f}")
+        runs = replay_modes(load_recording(name), price, [Spec.AUTO], decide=decide)
+        cells.append(f"{sum(r.plain_seconds for r in runs) / sum(r.seconds for r in runs):.3f}")
     row = sweep_sessions(load_sessions_recording(), [price], decide=decide)[0]
     worst, ratio = row.worst_session()
     cells.append(f"{row.auto_over_off[OVERALL]:.3f}, {worst} {ratio:.3f}")

@@ -152,12 +152,13 @@ def fixed(spec: Spec, k: int) -> PolicyMaker:
 
 
 def replay_modes(recording: Recording, profile: CostProfile, modes: Iterable[Spec],
-                 draft_max: int = DRAFT_MAX) -> list[Run]:
-    """Every prompt in every mode; `auto` keeps one state across the prompts, as one
-    `specchat bench` process or a chat does."""
+                 draft_max: int = DRAFT_MAX, decide: CostProfile | None = None) -> list[Run]:
+    """Every prompt in every mode, priced on `profile`; `auto` keeps one state across the
+    prompts, as one `specchat bench` process or a chat does, and decides on `decide`'s
+    tables where given (else on `profile`'s)."""
     runs: list[Run] = []
     for spec in modes:
-        state = profile.auto_state() if spec is Spec.AUTO else None
+        state = (decide or profile).auto_state() if spec is Spec.AUTO else None
         for item in recording.items:
             runs.append(replay_mode(item, recording, profile, spec, state, draft_max))
     return runs

@@ -192,6 +192,16 @@ def test_a_session_replay_decides_on_one_table_and_is_priced_on_another() -> Non
     assert [p for _, p in misled] == [p for _, p in own]  # off is priced alike
 
 
+def test_a_prompts_replay_decides_on_one_table_and_is_priced_on_another() -> None:
+    recording = load_recording("builtin")
+    flat, steep = synthetic(0.1, 0.1), synthetic(0.75, 0.1)
+    own = replay_modes(recording, steep, [Spec.AUTO])
+    assert replay_modes(recording, steep, [Spec.AUTO], decide=steep) == own
+    misled = replay_modes(recording, steep, [Spec.AUTO], decide=flat)
+    assert sum(r.seconds for r in misled) > sum(r.seconds for r in own)
+    assert [r.plain_seconds for r in misled] == [r.plain_seconds for r in own]
+
+
 def test_auto_on_the_recorded_sessions_is_never_slower_than_off_on_any_shape() -> None:
     # `specchat bench --sessions` as a priced replay: each request a fresh process with a
     # cold draft model, the drafting store holding the earlier requests, from the second on.
