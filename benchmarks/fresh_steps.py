@@ -32,7 +32,6 @@ import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from step_overhead import Call  # benchmarks/step_overhead.py
 
 from specchat.bench.interval import paired_ratio
 from specchat.bench.profiles import load
+from specchat.bench.sessions import load_sessions
 
 PROMPT = "Explain in three sentences why the sky is blue."
 LONGEST_GAP = 0.05  # longer gaps are a prefill or the end, not a step
@@ -72,35 +72,35 @@ def child(out: str, argv: list[str]) -> int:
     return code
 
 
-def ask(mode: str, args: argparse.Namespace, prompt: str) -> list[str]:
-    return ["ask", "--spec", mode, "-n", str(args.n), "--temperature", "0", "--prompt-cache",
-            "0", "-m", args.model, "-d", args.draft, "--", prompt]
+def ask_flags(args: argparse.Namespace, prompt: str, system: str | None) -> list[str]:
+    """`specchat ask`'s flags after --spec, as `bench --sessions` passes them
+    (session_runner._ask_request)."""
+    return ["-n", str(args.n), "--temperature", "0", "--prompt-cache", "0", "-m", args.model,
+            "-d", args.draft, *(["--system", system] if system else []), "--", prompt]
 
 
-def session_prompt(args: argparse.Namespace, work: Path) -> tuple[str, Path]:
-    """The prompt to time, and a store holding what comes before it (empty without
-    --session)."""
+def session_prompt(args: argparse.Namespace, work: Path) -> tuple[list[str], Path]:
+    """ask_flags for the prompt to time, and a store holding what comes before it (empty
+    without --session)."""
     store = work / "store"
     store.mkdir()
     if not args.session:
-        return args.prompt, store
-    text = resources.files("specchat.bench").joinpath("default_sessions.jsonl").read_text()
-    found = [json.loads(line) for line in text.splitlines() if line.strip()]
-    requests = next(s["requests"] for s in found if s["session"] == args.session)
+        return ask_flags(args, args.prompt, None), store
+    session = {s.name: s for s in load_sessions(None)}[args.session]
     env = {**os.environ, "SPECCHAT_DRAFT_STORE_DIR": str(store), "NO_COLOR": "1"}
-    for earlier in requests[: args.request]:
-        subprocess.run(["specchat", *ask("auto", args, earlier)], check=True,
-                       stdout=subprocess.DEVNULL, env=env)
-    return requests[args.request], store
+    for earlier in session.requests[: args.request]:
+        subprocess.run(["specchat", "ask", "--spec", "auto",
+                        *ask_flags(args, earlier, session.system)],
+                       check=True, stdout=subprocess.DEVNULL, env=env)
+    return ask_flags(args, session.requests[args.request], session.system), store
 
 
-def one(mode: str, args: argparse.Namespace, work: Path, prompt: str,
-        store: Path) -> dict[str, Any]:
+def one(mode: str, work: Path, flags: list[str], store: Path) -> dict[str, Any]:
     copy = Path(tempfile.mkdtemp(dir=work)) / "store"  # each process fills its own
     shutil.copytree(store, copy)
     out = work / "steps.json"
     env = {"SPECCHAT_DRAFT_STORE_DIR": str(copy), "NO_COLOR": "1"}
-    subprocess.run([sys.executable, __file__, "--child", str(out), *ask(mode, args, prompt)],
+    subprocess.run([sys.executable, __file__, "--child", str(out), "ask", "--spec", mode, *flags],
                    check=True, stdout=subprocess.DEVNULL, env={**os.environ, **env})
     found: dict[str, Any] = json.loads(out.read_text())
     return found
@@ -137,10 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     modes = args.modes.split(",")
     found: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
-        prompt, store = session_prompt(args, Path(tmp))
+        flags, store = session_prompt(args, Path(tmp))
         for r in range(args.rounds):
             for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
-                got = one(mode, args, Path(tmp), prompt, store)
+                got = one(mode, Path(tmp), flags, store)
                 found[mode].append(got)
                 print(f"round {r + 1} {mode}: step {got['step'] * 1e3:.2f} ms, "
                       f"gap {got['gap'] * 1e3:.3f} ms", file=sys.stderr)
