@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
@@ -137,9 +137,9 @@ class _Run:
         evaluated = fill_cache(self.target, prompt[:-1], progress=report)
         self.policy.prepare(prompt)
         self.decode_start = self.clock()
-        self.stats = replace(self.stats, prompt_restored=restored,
-                             prompt_cached=len(prompt) - 1 - evaluated,
-                             prompt_seconds=self.decode_start - start)
+        self.stats = self.stats.but(prompt_restored=restored,
+                                    prompt_cached=len(prompt) - 1 - evaluated,
+                                    prompt_seconds=self.decode_start - start)
         return True
 
     def _step(self) -> tuple[list[int], list[bool]]:
@@ -148,7 +148,7 @@ class _Run:
         draft = self._draft()
         t1 = self.clock()
         # Set before the verify, which may find no room.
-        self.stats = replace(self.stats, last_k=len(draft.tokens))
+        self.stats = self.stats.but(last_k=len(draft.tokens))
         if isinstance(draft, TreeDraft):
             kept, token, t2 = self._verify_tree(draft)
         else:
@@ -239,7 +239,7 @@ class _Run:
             self.committed.append(token)
             kept.append(token)
             if self._generated == 1:
-                self.stats = replace(self.stats, first_token_seconds=self.clock() - self.start)
+                self.stats = self.stats.but(first_token_seconds=self.clock() - self.start)
             if token in eog:
                 reason = "eog"  # kept as an answer token, never rendered
                 break
@@ -274,9 +274,9 @@ class _Run:
 
     def _snapshot(self) -> Stats:
         costs = self.hooks.costs
-        return replace(self.stats, plain_step_seconds=0.0 if costs is None else costs.cost(1),
-                       generated=self._generated,
-                       decode_seconds=self.clock() - self.decode_start)
+        return self.stats.but(plain_step_seconds=0.0 if costs is None else costs.cost(1),
+                              generated=self._generated,
+                              decode_seconds=self.clock() - self.decode_start)
 
     def _restore(self) -> None:
         """Leave the caches holding a prefix of committed (minus last, for the target)."""

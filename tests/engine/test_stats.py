@@ -6,6 +6,8 @@ import itertools
 import json
 from dataclasses import replace
 
+import pytest
+
 from specchat.engine.build import Hooks, generate
 from specchat.engine.events import Finished
 from specchat.engine.options import GenerationOptions, SamplingOptions
@@ -132,3 +134,30 @@ def test_enough_plain_steps_replace_the_calibrated_cost() -> None:
     s = replace(s, generated=4, verify_seconds=0.16, decode_seconds=0.16)
     assert s.plain_token_seconds == 0.04 and s.speedup_estimate == 1.0
     assert Stats(mode="auto", generated=3, steps=3, decode_seconds=1.0).speedup_estimate is None
+
+
+def test_but_changes_only_what_it_names_and_leaves_the_original_alone() -> None:
+    before = Stats(mode="auto", steps=3, sources=(("ngram", 1, 2, 1),))
+    after = before.but(steps=4, last_k=2)
+    assert after == replace(before, steps=4, last_k=2)
+    assert (before.steps, before.last_k) == (3, 0)
+    assert after.sources is before.sources
+
+
+def test_but_refuses_a_name_that_is_no_field() -> None:
+    with pytest.raises(TypeError, match="stepz"):
+        Stats().but(stepz=1)
+
+
+def test_steps_recorded_one_by_one_equal_those_built_field_by_field() -> None:
+    stats = Stats(mode="auto")
+    for drafted, accepted, source in [(0, 0, ""), (3, 2, "ngram"), (2, 0, "draft"),
+                                      (0, 0, ""), (4, 4, "ngram")]:
+        stats = stats.with_step(drafted, accepted, source, 0.5, 1.0, 0.25)
+    assert (stats.steps, stats.steps_empty, stats.steps_drafted) == (5, 2, 3)
+    assert (stats.drafted, stats.accepted, stats.plain_steps) == (9, 6, 2)
+    assert stats.plain_seconds == 2.5 and stats.verify_seconds == 5.0
+    assert stats.sources == (("draft", 1, 2, 0), ("ngram", 2, 7, 6))
+    assert stats.drafted_by_position == (3, 3, 2, 1)
+    assert stats.accepted_by_position == (2, 2, 1, 1)
+    assert stats.accept_length_hist == (1, 0, 1, 0, 1)
