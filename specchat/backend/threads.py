@@ -41,7 +41,12 @@ PROBE_ABORT = 2.0
 # (docs/performance.md), so a whole window would cost every periodic check four more of them.
 TRIAL_EARLY = 2
 TRIAL_LOSS = 1.2
-SHARE_EVERY = 4  # steps between looks at how many specchat processes are decoding
+# Between two looks at how many specchat processes are decoding: at least this many steps and
+# this much verify time. A look reads a directory and tries a lock per slot file (~0.2 ms just
+# after a step, when caches are cold): every 4 steps was 1% of a 25 ms CPU step, and would be
+# 4% of a 5 ms GPU step; by time it is once per 0.1 s everywhere.
+SHARE_EVERY = 4
+SHARE_SECONDS = 0.1
 
 
 class ThreadGovernor:
@@ -56,9 +61,11 @@ class ThreadGovernor:
         self.full_reference = reference  # seconds of a plain step on every core, machine quiet
         self.reference = reference  # ... on max_threads
         # How many threads this process's share of the cores is (other specchat processes
-        # decoding take theirs); asked again every SHARE_EVERY steps. None: no sharing.
+        # decoding take theirs); asked again after SHARE_EVERY steps and SHARE_SECONDS of
+        # verify time. None: no sharing.
         self.share = share
         self.since_share = 0
+        self.share_seconds = 0.0  # verify time since the last look
         self.threads = max_threads
         self.probing = False  # the current count is on trial against the other
         self.full_cost: float | None = None  # last window's median on all threads
@@ -75,7 +82,9 @@ class ThreadGovernor:
     def observe(self, seconds: float, ratio: float) -> None:
         """A verify call took `seconds`; `ratio` = cost(n) / cost(1) for its batch."""
         self.since_share += 1
-        if self.share is not None and self.since_share >= SHARE_EVERY:
+        self.share_seconds += max(seconds, 0.0)
+        if self.share is not None and self.since_share >= SHARE_EVERY \
+                and self.share_seconds >= SHARE_SECONDS:
             self.set_limit(self.share())
         if seconds <= 0 or ratio <= 0 or self.max_threads <= 1:
             return
@@ -107,7 +116,7 @@ class ThreadGovernor:
     def set_limit(self, threads: int) -> None:
         """Use at most `threads` from now on (another specchat process started or ended):
         the counts are set at once, and the judging starts over from them."""
-        self.since_share = 0
+        self.since_share, self.share_seconds = 0, 0.0
         threads = max(1, min(threads, self.cores))
         if threads == self.max_threads:
             return

@@ -14,7 +14,7 @@ import pytest
 
 from specchat.backend.cpushare import CpuShare
 from specchat.backend.local import Runtime
-from specchat.backend.threads import SHARE_EVERY, ThreadGovernor
+from specchat.backend.threads import SHARE_EVERY, SHARE_SECONDS, ThreadGovernor
 
 
 def test_each_decoding_process_is_counted_and_the_cores_are_split(tmp_path: Path) -> None:
@@ -91,6 +91,27 @@ def test_the_governor_follows_the_share_within_a_few_steps() -> None:
     for _ in range(SHARE_EVERY):
         g.observe(0.06, 1.0)
     assert calls == [1, 2] and g.threads == 2
+
+
+def test_fast_steps_look_at_the_share_once_per_stretch_of_decoding_not_every_few_steps(
+        ) -> None:
+    looks: list[int] = []
+
+    def share() -> int:
+        looks.append(1)
+        return 2
+
+    g = ThreadGovernor(2, [], 0.005, share=share)
+    steps = 0
+    while not looks:  # GPU-fast steps
+        g.observe(0.005, 1.0)
+        steps += 1
+    assert steps >= round(SHARE_SECONDS / 0.005) - 1 > 2 * SHARE_EVERY
+    for _ in range(SHARE_EVERY - 1):  # slow steps: still no more often than SHARE_EVERY
+        g.observe(1.0, 1.0)
+    assert len(looks) == 1
+    g.observe(1.0, 1.0)
+    assert len(looks) == 2
 
 
 def test_an_answer_holds_a_slot_from_its_first_event_to_its_end(tmp_path: Path) -> None:
