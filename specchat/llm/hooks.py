@@ -5,6 +5,10 @@ Pure Python (no llama_cpp import): lib.py installs these objects as the library'
 
 from __future__ import annotations
 
+# The signal module's C half. Every eval arms and disarms SIGINT; signal.signal and getsignal
+# wrap their results in enums, which for a function handler raises and catches a ValueError
+# inside: ~10x the call itself, ~80 us a step just after llama_decode (cold caches).
+import _signal  # type: ignore[import-not-found]
 import signal
 import sys
 import threading
@@ -75,15 +79,15 @@ class AbortFlag:
         """Catch SIGINT into the flag for the duration; yields False where it cannot (not
         the main thread, or someone else's SIGINT handler is installed)."""
         if (threading.current_thread() is not threading.main_thread()
-                or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+                or _signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
             yield False
             return
         self.interrupted = False
-        signal.signal(signal.SIGINT, self._on_sigint)
+        _signal.signal(signal.SIGINT, self._on_sigint)
         try:
             yield True
         finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            _signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def raise_pending_interrupt(self) -> None:
         if self.interrupted:
