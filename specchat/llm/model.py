@@ -42,6 +42,7 @@ from specchat.llm.sidefill import SideFills
 from specchat.llm.vocab import VOCAB_TYPES, VocabInfo
 
 DECODE_ABORTED = 2  # llama_decode's code for a batch its abort callback stopped
+SMALL_BATCH = 64  # a verify batch, not a prefill
 
 WPM = next(k for k, v in VOCAB_TYPES.items() if v == "wpm")
 # fewest_tokens() scans the vocabulary only for a text of at least this many bytes per
@@ -178,7 +179,9 @@ class LlamaModel(TreeBatches, SideFills):
         if n == 0:
             return out
         ids = np.asarray(tokens, dtype=np.int64)
-        if ids.min() < 0 or ids.max() >= self._n_vocab:
+        # A step's few ids are checked in Python: two numpy reductions cost more than that.
+        low, high = (min(tokens), max(tokens)) if n <= SMALL_BATCH else (ids.min(), ids.max())
+        if low < 0 or high >= self._n_vocab:
             raise ValueError(f"token ids must be in [0, {self._n_vocab}) for {self.path.name}")
         with ABORT.armed() as armed:
             callback = ABORT_CALLBACK if armed else self._cancel_callback

@@ -147,7 +147,9 @@ def test_bad_rows_and_ids_leave_the_cache_alone(smol: backend.LlamaModel) -> Non
     smol.eval([1, 2, 3], [])
     for tokens, rows, error in (([4, 5], [2], IndexError), ([4, 5], [-3], IndexError),
                                 ([], [0], IndexError), ([4, smol.n_vocab], [0], ValueError),
-                                ([-1], [], ValueError)):
+                                ([-1], [], ValueError),  # a step's few ids, and a prefill's:
+                                ([5] * 99 + [smol.n_vocab], [0], ValueError),
+                                ([-1] + [5] * 99, [], ValueError)):
         with pytest.raises(error):
             smol.eval(tokens, rows)
         assert list(smol.tokens) == [1, 2, 3] and consistent(smol)
