@@ -10,7 +10,7 @@ varied at random places so that records differ as real ones do. `time` measures,
 fresh process each time, how long opening the store adds to startup (listing, mapping and
 checking every segment; the vocabulary key from 600 token pieces is timed apart), and then
 replays the collected answers token by token against the full store with the real drafter
-(HistoryDrafter.plan: the lookup, the candidate tree, the choice), reporting the time per
+(StoreDrafter.propose: the lookups, the candidate tree, the choice), reporting the time per
 step.
 """
 
@@ -76,7 +76,7 @@ t1 = time.perf_counter()
 store = DraftStore(Path(sys.argv[1]), sys.argv[2], 1 << 40)
 index = store.index(151936)
 t2 = time.perf_counter()
-print(t1 - t0, t2 - t1, index.n_tokens, len(index.segments))
+print(t1 - t0, t2 - t1, sum(len(s) for s in index.segments), len(index.segments))
 """
 
 

@@ -44,9 +44,9 @@ TRIAL_LOSS = 1.2
 # Between two looks at how many specchat processes are decoding: at least this many steps and
 # this much verify time. A look reads a directory and tries a lock per slot file (~0.2 ms just
 # after a step, when caches are cold): every 4 steps was 1% of a 25 ms CPU step, and would be
-# 4% of a 5 ms GPU step; by time it is once per 0.1 s everywhere.
+# 4% of a 5 ms GPU step. Collapsed steps (a second or so each) still look every 4 steps.
 SHARE_EVERY = 4
-SHARE_SECONDS = 0.1
+SHARE_SECONDS = 0.25
 
 
 class ThreadGovernor:
