@@ -4,6 +4,7 @@ and the thread governor decide with. The result is a local.Runtime.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,8 +28,14 @@ from specchat.backend.tuning import (
 from specchat.engine.textdraft import TextVocabs
 from specchat.errors import SpecchatError
 from specchat.llm.template import ChatTemplate, chat_tokens
-from specchat.llm.vocab import check_compatible, compatibility_problems
+from specchat.llm.vocab import (
+    VocabPrint,
+    check_compatible,
+    compatibility_problems,
+    prints_compatible,
+)
 from specchat.models import DEFAULT_TARGET, default_draft_for, resolve_model
+from specchat.models.headers import Headers
 from specchat.models.localfiles import LocalModel
 from specchat.models.pairing import find_draft
 from specchat.settings.load import LoadSettings
@@ -162,19 +169,40 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
         raise
 
 
-def text_vocabs(settings: LoadSettings, target: LlamaModel,
-                 draft: LlamaModel) -> TextVocabs | None:
+def text_vocabs(settings: LoadSettings, target: LlamaModel, draft: LlamaModel,
+                headers: Headers | None = None) -> TextVocabs | None:
     """None when the draft shares the target's vocabulary. A draft named with --draft that
     does not drafts text, re-tokenized for the target (engine/textdraft.py): exact, if
-    slower than a draft of the same vocabulary. Any other draft must share it."""
+    slower than a draft of the same vocabulary. Any other draft must share it.
+
+    Reading both vocabularies costs ~0.3 s a start (a tenth of a short `ask`), so two files
+    whose prints the headers memo keeps (models/headers.py) are judged by their prints, and
+    a pair found to share a vocabulary leaves its prints there for the next start."""
+    from specchat.llm.files import summary_of
     from specchat.llm.textvocab import LlamaTextVocab
 
+    headers = headers or Headers()
+    known, other = (_remembered_print(headers, m.path) for m in (target, draft))
+    if known is not None and other is not None and prints_compatible(known, other):
+        return None
     target_info, draft_info = target.vocab_info(), draft.vocab_info()
     if not compatibility_problems(target_info, draft_info):
+        with contextlib.suppress(OSError):  # a memo not kept is only a slower next start
+            for model, info in ((target, target_info), (draft, draft_info)):
+                headers.remember(model.path.resolve(), summary_of(model.metadata, info))
+            headers.save()
         return None
     if not settings.draft:
         check_compatible(target_info, draft_info)  # refused, naming every difference
     return TextVocabs(LlamaTextVocab(target), LlamaTextVocab(draft))
+
+
+def _remembered_print(headers: Headers, path: Path) -> VocabPrint | None:
+    try:
+        summary = headers.summary(path.resolve(), read=False)
+    except (OSError, SpecchatError):  # gone, or remembered as unreadable: read it now
+        return None
+    return None if summary is None else summary.vocab
 
 
 def _tune(runtime: Runtime, tuned: Tuned) -> None:

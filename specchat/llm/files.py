@@ -77,6 +77,11 @@ def read_summary(path: Path | str) -> GgufSummary:
     with _vocab_only(path, f"llama.cpp could not read the header of {path}") as model:
         meta = read_metadata(model)
         info = model_vocab_info(model, path.name, meta)
+    return summary_of(meta, info)
+
+
+def summary_of(meta: dict[str, str], info: VocabInfo) -> GgufSummary:
+    """The summary of a file whose metadata and vocabulary were read already."""
     return GgufSummary(arch=meta.get("general.architecture", "?"),
                        quant=ftype_name(meta.get("general.file_type", "")),
                        vocab=vocab_print(info))

@@ -60,6 +60,11 @@ class Headers:
         self.changed = True
         return summary
 
+    def remember(self, path: Path, summary: GgufSummary) -> None:
+        """Keep a summary made from a model loaded anyway (llm.files.summary_of)."""
+        self.entries[str(path)] = _to_entry(summary, _stamp(path))
+        self.changed = True
+
     def knows(self, path: Path) -> bool:
         """Whether what the file's header says (or that it cannot be read) is remembered."""
         try:
