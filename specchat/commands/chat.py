@@ -7,20 +7,17 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional, TextIO
+from typing import TYPE_CHECKING, Annotated, Optional, TextIO
 
 import typer
-from prompt_toolkit.output import Output, create_output
 
 from specchat import fileio
 from specchat.backend.base import Backend
 from specchat.backend.loading import open_runtime
-from specchat.chat import ending, repl
+from specchat.chat import ending
 from specchat.chat.attach import Attachment, measure, read_files
 from specchat.chat.chatlog import ChatLog, PrivateChatLog, latest_file, load_conversation
 from specchat.chat.conversation import Conversation
-from specchat.chat.render import RenderConfig, Renderer
-from specchat.chat.session import ChatSession, ErrorLog
 from specchat.commands import common as c
 from specchat.engine.options import GenerationOptions
 from specchat.errors import EXIT_INTERRUPTED, SpecchatError, UsageError
@@ -29,6 +26,14 @@ from specchat.paths import input_lines_file, logs_dir
 from specchat.settings.file import Settings
 from specchat.settings.flags import with_options
 from specchat.settings.load import LoadSettings
+
+if TYPE_CHECKING:
+    from prompt_toolkit.output import Output
+
+    from specchat.chat.session import ChatSession, ErrorLog
+
+# The terminal chat's own modules (prompt_toolkit, the markdown renderer: ~90 ms) are imported
+# when a chat starts: every other command, `ask` in a pipeline above all, starts without them.
 
 
 def register(app: typer.Typer) -> None:
@@ -45,6 +50,8 @@ def chat(
     files: c.FilesFlag = None,
     *, settings: Settings,
 ) -> None:
+    from specchat.chat.session import ErrorLog
+
     options = c.options_from(settings)
     verbose = bool(settings["verbose"])
     private = bool(settings["private"])
@@ -100,6 +107,9 @@ def pick_conversation(continue_: bool, load: Path | None) -> tuple[Conversation,
 def make_session(runtime: Backend, options: GenerationOptions, conversation: Conversation,
                  chatlog: ChatLog, errors: ErrorLog, *, plain: bool, show_draft: bool
                  ) -> ChatSession:
+    from specchat.chat.render import RenderConfig, Renderer
+    from specchat.chat.session import ChatSession
+
     config = RenderConfig.detect(sys.stdout, sys.stderr, plain=plain, show_draft=show_draft)
     renderer = Renderer(config, sys.stdout, sys.stderr, draft_name=runtime.info.draft_name,
                         token_bytes=runtime.token_bytes)
@@ -154,6 +164,8 @@ def interactive(session: ChatSession, private: bool = False) -> int:
     how = f"at {info.endpoint}" if info.endpoint else f"mode {session.options.spec}"
     session.renderer.dim(f"specchat · {model} · {how} · /help for commands · Ctrl-D leaves")
     session.check_saving()
+    from specchat.chat import repl
+
     prompt = repl.make_prompt(session, output=_prompt_output(),
                               input_lines=None if private else input_lines_file())
     return repl.run(session, prompt)
@@ -161,6 +173,8 @@ def interactive(session: ChatSession, private: bool = False) -> int:
 
 def _prompt_output() -> Output:
     """Draw the prompt on the terminal, preferring stderr, so stdout holds only answers."""
+    from prompt_toolkit.output import create_output
+
     stream: TextIO | None = sys.stderr if sys.stderr.isatty() else None
     if stream is None and sys.stdout.isatty():
         stream = sys.stdout
@@ -168,6 +182,8 @@ def _prompt_output() -> Output:
 
 
 def open_error_log() -> ErrorLog:
+    from specchat.chat.session import ErrorLog
+
     logs = logs_dir()
     try:
         # Created private and exclusive first: logging would create it with the umask's mode.
