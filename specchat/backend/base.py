@@ -37,6 +37,9 @@ class RuntimeInfo:
     draft_name: str | None = None
     draft_path: str | None = None
     draft_found: bool = False  # the draft was found on this machine, not named (pairing.py)
+    # Why the draft that would have been loaded was not (an auto-only answer on a machine
+    # where it cannot pay: loading.py); None when it was, or when there is none.
+    draft_not_loaded: str | None = None
     # The draft has another vocabulary than the target's: it drafts text (engine/textdraft.py)
     draft_text: bool = False
     template_note: str = ""

@@ -290,11 +290,11 @@ def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],
     """The cached table for this model file and machine; while its sizes are not final, one
     more slice of measuring (at most `budget` seconds; force: until final, from scratch)."""
     key = machine_key(path, knobs)
-    entry = None if force else cache.load_entry(key)
-    samples = Samples.from_entry(entry)
-    cached = cache.load(key) if not force else None
-    if cached is not None and samples.finished(sizes):
-        return _measured_shape(samples, sizes, cached)
+    if not force:
+        done = finished_table(path, sizes, knobs, cache)
+        if done is not None:
+            return done
+    samples = Samples.from_entry(None if force else cache.load_entry(key))
     if announce is not None:
         announce(path.name, sum(1 for n in sizes if n in samples.best), len(sizes))
     sample_costs(model, sizes, samples, budget=None if force else budget, quiet=quiet)
@@ -303,6 +303,18 @@ def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],
     cache.save_entry(key, {"seconds": table.seconds, "model": path.name, "when": time.time(),
                            "samples": samples.to_entry()})
     return table
+
+
+def finished_table(path: Path, sizes: tuple[int, ...], knobs: dict[str, object],
+                   cache: CalibrationCache) -> CostTable | None:
+    """The cached table for this model file and machine when every size is final (nothing
+    is measured here); None while any is not."""
+    key = machine_key(path, knobs)
+    samples = Samples.from_entry(cache.load_entry(key))
+    cached = cache.load(key)
+    if cached is None or not samples.finished(sizes):
+        return None
+    return _measured_shape(samples, sizes, cached)
 
 
 def _measured_shape(samples: Samples, sizes: tuple[int, ...], cached: CostTable) -> CostTable:

@@ -23,8 +23,10 @@ from specchat.backend.tuning import (
     measured_auto_state,
     plain_step_reference,
     thread_governor,
+    unpaying_draft,
     wants_auto_costs,
 )
+from specchat.engine.options import Spec
 from specchat.engine.textdraft import TextVocabs
 from specchat.errors import SpecchatError
 from specchat.llm.template import ChatTemplate, chat_tokens
@@ -86,13 +88,21 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
         draft_name, draft_path = found.name, found.path
     layers, fit = gpu_layers(settings, target_path, draft_path)
     calibration = Calibration(settings, gpu_key(layers, fit))
+    # Skipped, the draft leaves the layers (and so the calibration keys) as chosen with it.
+    ratio = draft_not_worth_loading(settings, calibration, target_path, draft_path, layers[0])
+    paired = draft_path  # learnt acceptance stays the pair's (Calibration.acceptance_key)
+    unloaded = None
+    if ratio is not None:
+        unloaded = (f"draft {draft_name} not loaded: its step costs {ratio:.2f} of a target "
+                    "step here, more than auto could ever win back (--spec draft uses it)")
+        draft_name, draft_path = None, None
     closers: list[Callable[[], None]] = []
     target, draft, template, vocabs = _load(settings, (target_path, draft_path), layers,
                                             calibration, _loaded_models(reuse), closers)
     info = RuntimeInfo(
         target_name=target_name, target_path=str(target_path),
         draft_name=draft_name, draft_path=str(draft_path) if draft_path else None,
-        draft_found=found is not None,
+        draft_found=found is not None and unloaded is None, draft_not_loaded=unloaded,
         template_note=template.note, template_is_fallback=template.is_fallback,
         gpu=fit.summary() if fit is not None else "", gpu_layers=gpu_key(layers, fit),
     )
@@ -114,7 +124,7 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
         settings=settings, reopen=open_runtime, guides=ModelGuides(target, template),
         vocabs=vocabs,
     )
-    tuned = Tuned(target, draft, target_path, draft_path, settings, calibration)
+    tuned = Tuned(target, draft, target_path, paired, settings, calibration)
     try:
         runtime.store = open_store(target.n_vocab, target.eog_tokens, target.token_bytes,
                                    enabled=settings.draft_history, size=settings.draft_store,
@@ -124,6 +134,21 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
         runtime.close()  # only what was loaded here: reused models stay with their owner
         raise
     return runtime
+
+
+def draft_not_worth_loading(settings: LoadSettings, calibration: Calibration,
+                            target_path: Path, draft_path: Path | None, target_layers: int
+                            ) -> float | None:
+    """The draft step in target steps, when a command that answers in auto alone need not
+    load the draft: the finished calibration shows auto could never draft with it (~1 s and
+    its memory a start on this 2-core CPU, where the 0.5B draft costs half the 1.5B target's
+    step). None: load it."""
+    if not settings.auto_only or settings.spec is not Spec.AUTO or draft_path is None:
+        return None
+    from specchat.llm import runs_on_cpu
+
+    flash_attn = flash_attn_for(settings, calibration, target_path, runs_on_cpu(target_layers))
+    return unpaying_draft(calibration, target_path, draft_path, flash_attn, settings.exact)
 
 
 def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple[int, int],

@@ -24,6 +24,7 @@ from specchat.backend.calibration import (
     Quiet,
     Samples,
     cost_table,
+    finished_table,
     machine_key,
     measure,
     save_if_drifted,
@@ -131,6 +132,29 @@ def measured_auto_state(tuned: Tuned, *, force: bool = False
             cal.save_quietly(learnt, state.export_acceptance())
 
     return state, [save_drifted, save_learnt]
+
+
+# The most tokens a request may draft (GenerationOptions.draft_max): a draft model judged
+# unable to pay at any length up to this never could under any request's settings.
+DRAFT_MAX_LIMIT = 64
+
+
+def unpaying_draft(calibration: Calibration, target_path: Path, draft_path: Path,
+                   flash_attn: bool | None, exact: bool) -> float | None:
+    """The draft step's cost in target steps when this machine's finished calibration says
+    that `auto` could never draft with the draft model (AutoState.draft_model_can_pay, at any
+    draft length, with better acceptance than any draft model reached): then an answer in
+    `auto` alone need not load it. None when it could, or while either table is unfinished.
+    The tables are keyed as measured_auto_state keys them (the target's knobs for both)."""
+    knobs = calibration.costs_knobs(flash_attn, exact)
+    target = finished_table(target_path, TARGET_SIZES, knobs, calibration.cache)
+    draft = finished_table(draft_path, DRAFT_SIZES, knobs, calibration.cache)
+    if target is None or draft is None:
+        return None
+    state = AutoState(target_costs=target, draft_costs=draft)
+    if state.draft_model_can_pay(DRAFT_MAX_LIMIT):
+        return None
+    return draft.cost(1) / target.cost(1)
 
 
 def plain_step_reference(tuned: Tuned, auto: AutoState | None) -> tuple[float, bool]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
@@ -140,7 +141,8 @@ def _ask_local(settings: Settings, options: GenerationOptions, attached: list[At
     """Local models: the prompt cache, attachment token counts, the context check."""
     # The prompt cache keeps the prompt's KV states on disk: private mode writes none.
     cache_limit = 0 if settings["private"] else parse_size(settings["prompt_cache"])
-    with open_runtime(LoadSettings.from_settings(settings, quiet=not echo)) as runtime:
+    loading = replace(LoadSettings.from_settings(settings, quiet=not echo), auto_only=True)
+    with open_runtime(loading) as runtime:
         runtime.prompt_cache = PromptCache(prompt_cache_dir(), cache_limit)
         counts: list[int | None] = list(measure(attached, runtime.text_tokens,
                                                 runtime.n_ctx))
@@ -204,6 +206,7 @@ def answer_json(backend: Backend, finished: Finished) -> dict[str, object]:
         "model": backend.info.target_name,
         "draft": backend.info.draft_name,
         "draft_found": backend.info.draft_found,
+        "draft_not_loaded": backend.info.draft_not_loaded,
         "draft_drafts_text": backend.info.draft_text,  # another vocabulary than the model's
         "stats": finished.stats.to_dict(),
         "auto": backend.explain(finished.stats),

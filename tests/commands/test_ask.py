@@ -43,6 +43,16 @@ def test_json_is_one_object_with_stats(fake_ask_runtime: dict, capsys: Any) -> N
     assert obj["stats"]["generated"] == 5
 
 
+def test_one_answer_in_one_mode_lets_auto_leave_out_a_draft_that_cannot_pay(
+        fake_ask_runtime: dict, capsys: Any) -> None:
+    fake_ask_runtime["draft"] = fake_model(seed=3)
+    for mode in ("auto", "draft"):
+        code, out, _ = run(["ask", "hello", "-n", "3", "--json", "--spec", mode], capsys)
+        settings = fake_ask_runtime["settings"]
+        assert code == 0 and settings.auto_only and settings.spec == mode
+        assert "draft_not_loaded" in json.loads(out)  # why not, when it was left out
+
+
 def test_speculative_modes_print_the_same_greedy_answer(fake_ask_runtime: dict,
                                                         capsys: Any) -> None:
     fake_ask_runtime["draft"] = fake_model(seed=3)
