@@ -1,15 +1,19 @@
-"""Time to the first answer byte on a first start (docs/performance.md).
+"""Time to the first answer byte on a first start, or on an everyday one (docs/performance.md).
 
 Time to the first answer byte on a first start (an empty SPECCHAT_HOME: nothing measured
 yet), for one or more checkouts of specchat side by side, rounds rotating the order.
 
     python benchmarks/first_start.py -m ~/.cache/specchat/models/SmolLM2-135M-Instruct.Q4_1.gguf \\
         --tree /path/to/old/checkout --tree . --rounds 2
+    python benchmarks/first_start.py --warm --tree /path/to/old/checkout --tree . --rounds 12
 
-Each run is `python -m specchat ask -m MODEL -n 8 "Say hi"` (default mode auto) from a fresh
-home; the figures are seconds from the start of the process to its first byte on stdout and
-to its exit, and the load average when it started (on a shared machine they are only
-comparable side by side).
+Each run is `python -m specchat ask [-m MODEL] -n 8 "Say hi"` (default mode auto; without -m
+the default target and its draft) from a fresh home, or with --warm from the user's own (what
+every later start finds: calibration done, model headers remembered); the figures are seconds
+from the start of the process to its first byte on stdout and to its exit, and the load
+average when it started (on a shared machine they are only comparable side by side). With two
+checkouts it ends with the second's speed over the first's, from start to exit, paired by
+round with a 95% bootstrap interval.
 """
 
 from __future__ import annotations
@@ -22,13 +26,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from specchat.bench.interval import Pair, paired_ratio
 
-def first_start(tree: Path, model: Path) -> tuple[float, float]:
+
+def first_start(tree: Path, model: Path | None, warm: bool = False) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as home:
-        env = {**os.environ, "PYTHONPATH": str(tree), "SPECCHAT_HOME": home}
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        if not warm:
+            env["SPECCHAT_HOME"] = home
+        named = [] if model is None else ["-m", str(model)]
         begin = time.perf_counter()
         # cwd: `python -m` puts the working directory first on the path
-        proc = subprocess.Popen([sys.executable, "-m", "specchat", "ask", "-m", str(model),
+        proc = subprocess.Popen([sys.executable, "-m", "specchat", "ask", *named,
                                  "-n", "8", "Say hi"], env=env, cwd=tree,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         assert proc.stdout is not None
@@ -42,19 +51,28 @@ def first_start(tree: Path, model: Path) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-m", "--model", type=Path, required=True)
+    parser.add_argument("-m", "--model", type=Path, help="default: the default target")
     parser.add_argument("--tree", type=Path, action="append", required=True)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--warm", action="store_true",
+                        help="the user's own home, not a fresh one: an everyday start")
     args = parser.parse_args()
     trees = [t.resolve() for t in args.tree]
     print("| round | checkout | load | first byte | exit |")
     print("|---|---|---|---|---|")
+    exits: dict[Path, list[Pair]] = {tree: [] for tree in trees}
     for r in range(args.rounds):
         for tree in trees[r % len(trees):] + trees[:r % len(trees)]:
             load = os.getloadavg()[0]
-            first, done = first_start(tree, args.model)
-            print(f"| {r + 1} | {tree} | {load:.1f} | {first:.1f} s | {done:.1f} s |",
+            first, done = first_start(tree, args.model, args.warm)
+            exits[tree].append((1.0, done))
+            print(f"| {r + 1} | {tree} | {load:.2f} | {first:.2f} s | {done:.2f} s |",
                   flush=True)
+    if len(trees) == 2:
+        found = paired_ratio(exits[trees[1]], exits[trees[0]])
+        if found is not None:
+            print(f"\n{trees[1]} over {trees[0]}, start to exit (speed): "
+                  f"{found.ratio:.3f}x ({found.text()})")
 
 
 if __name__ == "__main__":
