@@ -29,6 +29,7 @@ from specchat.backend.tuning import (
 from specchat.engine.options import Spec
 from specchat.engine.textdraft import TextVocabs
 from specchat.errors import SpecchatError
+from specchat.llm.gguf import gguf_parts
 from specchat.llm.template import ChatTemplate, chat_tokens
 from specchat.llm.vocab import (
     VocabPrint,
@@ -63,14 +64,17 @@ def found_draft(settings: LoadSettings, target_path: Path) -> LocalModel | None:
             or settings.no_draft:
         return None
     try:
-        found = find_draft(target_path)
+        return find_draft(target_path).model
     except (SpecchatError, OSError):
         return None
-    if not settings.quiet and found.model is not None:
-        smaller = found.target_size / max(found.model.size, 1)
-        note(f"specchat: draft {found.model.name} found on this machine (same vocabulary, "
+
+
+def _say_found(draft: LocalModel, target_path: Path) -> None:
+    """The note for a draft found on this machine that is loaded."""
+    with contextlib.suppress(OSError):
+        smaller = sum(p.stat().st_size for p in gguf_parts(target_path)) / max(draft.size, 1)
+        note(f"specchat: draft {draft.name} found on this machine (same vocabulary, "
              f"{smaller:.0f}x smaller; --draft none turns it off)")
-    return found.model
 
 
 def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtime:
@@ -88,14 +92,12 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
         draft_name, draft_path = found.name, found.path
     layers, fit = gpu_layers(settings, target_path, draft_path)
     calibration = Calibration(settings, gpu_key(layers, fit))
-    # Skipped, the draft leaves the layers (and so the calibration keys) as chosen with it.
-    ratio = draft_not_worth_loading(settings, calibration, target_path, draft_path, layers[0])
     paired = draft_path  # learnt acceptance stays the pair's (Calibration.acceptance_key)
-    unloaded = None
-    if ratio is not None:
-        unloaded = (f"draft {draft_name} not loaded: its step costs {ratio:.2f} of a target "
-                    "step here, more than auto could ever win back (--spec draft uses it)")
+    unloaded = _left_out(settings, calibration, target_path, draft_name, draft_path, layers[0])
+    if unloaded is not None:
         draft_name, draft_path = None, None
+    elif found is not None and not settings.quiet:
+        _say_found(found, target_path)
     closers: list[Callable[[], None]] = []
     target, draft, template, vocabs = _load(settings, (target_path, draft_path), layers,
                                             calibration, _loaded_models(reuse), closers)
@@ -134,6 +136,19 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
         runtime.close()  # only what was loaded here: reused models stay with their owner
         raise
     return runtime
+
+
+def _left_out(settings: LoadSettings, calibration: Calibration, target_path: Path,
+              draft_name: str | None, draft_path: Path | None, target_layers: int
+              ) -> str | None:
+    """Why the draft is not loaded (draft_not_worth_loading), or None. Left out, it leaves
+    the layers, and so the calibration keys, as they were chosen with it in mind."""
+    ratio = draft_not_worth_loading(settings, calibration, target_path, draft_path,
+                                    target_layers)
+    if ratio is None:
+        return None
+    return (f"draft {draft_name} not loaded: its step costs {ratio:.2f} of a target step here, "
+            "more than auto could ever win back (--spec draft uses it)")
 
 
 def draft_not_worth_loading(settings: LoadSettings, calibration: Calibration,
