@@ -95,6 +95,8 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
     paired = draft_path  # learnt acceptance stays the pair's (Calibration.acceptance_key)
     unloaded = _left_out(settings, calibration, target_path, draft_name, draft_path, layers[0])
     if unloaded is not None:
+        if settings.draft and not settings.quiet:  # named by the user: say why it is idle
+            note(f"specchat: {unloaded}")
         draft_name, draft_path = None, None
     elif found is not None and not settings.quiet:
         _say_found(found, target_path)
