@@ -252,14 +252,7 @@ class CalibrationCache:
         return data if isinstance(data, dict) else {}
 
     def load(self, key: str) -> CostTable | None:
-        try:
-            seconds = self.read()[key]["seconds"]
-            if isinstance(seconds, list) and seconds and all(
-                    isinstance(s, (int, float)) and s > 0 for s in seconds):
-                return CostTable([float(s) for s in seconds])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        return None
+        return table_of(self.load_entry(key))
 
     def save(self, key: str, table: CostTable, label: str) -> None:
         """A table for key (what it measured so far is kept beside it)."""
@@ -305,13 +298,21 @@ def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],
     return table
 
 
+def table_of(entry: object) -> CostTable | None:
+    """The table a cache entry holds ({"seconds": [...]}); None for anything else."""
+    seconds = entry.get("seconds") if isinstance(entry, dict) else None
+    if isinstance(seconds, list) and seconds and all(
+            isinstance(s, (int, float)) and s > 0 for s in seconds):
+        return CostTable([float(s) for s in seconds])
+    return None
+
+
 def finished_table(path: Path, sizes: tuple[int, ...], knobs: dict[str, object],
                    cache: CalibrationCache) -> CostTable | None:
     """The cached table for this model file and machine when every size is final (nothing
-    is measured here); None while any is not."""
-    key = machine_key(path, knobs)
-    samples = Samples.from_entry(cache.load_entry(key))
-    cached = cache.load(key)
+    is measured here); None while any is not. One read of the cache file."""
+    entry = cache.load_entry(machine_key(path, knobs))
+    samples, cached = Samples.from_entry(entry), table_of(entry)
     if cached is None or not samples.finished(sizes):
         return None
     return _measured_shape(samples, sizes, cached)
