@@ -29,7 +29,6 @@ from specchat.backend.tuning import (
 from specchat.engine.options import Spec
 from specchat.engine.textdraft import TextVocabs
 from specchat.errors import SpecchatError
-from specchat.llm.gguf import gguf_parts
 from specchat.llm.template import ChatTemplate, chat_tokens
 from specchat.llm.vocab import (
     VocabPrint,
@@ -39,8 +38,7 @@ from specchat.llm.vocab import (
 )
 from specchat.models import DEFAULT_TARGET, default_draft_for, resolve_model
 from specchat.models.headers import Headers
-from specchat.models.localfiles import LocalModel
-from specchat.models.pairing import find_draft
+from specchat.models.pairing import FoundDraft, find_draft
 from specchat.settings.load import LoadSettings
 from specchat.term.safe import note
 
@@ -56,25 +54,26 @@ def wants_draft(settings: LoadSettings) -> str | None:
     return settings.draft or default_draft_for(settings.model or DEFAULT_TARGET)
 
 
-def found_draft(settings: LoadSettings, target_path: Path) -> LocalModel | None:
+def found_draft(settings: LoadSettings, target_path: Path) -> FoundDraft | None:
     """A draft looked for among the models on this machine (models/pairing.py), when the
     mode drafts with a model and neither -d, --draft none nor the target's preset names one.
-    A search that fails costs only the draft."""
+    A search that fails costs only the draft. None when there is none."""
     if not settings.spec.uses_draft_model or wants_draft(settings) is not None \
             or settings.no_draft:
         return None
     try:
-        return find_draft(target_path).model
+        found = find_draft(target_path)
     except (SpecchatError, OSError):
         return None
+    return found if found.model is not None else None
 
 
-def _say_found(draft: LocalModel, target_path: Path) -> None:
+def _say_found(found: FoundDraft) -> None:
     """The note for a draft found on this machine that is loaded."""
-    with contextlib.suppress(OSError):
-        smaller = sum(p.stat().st_size for p in gguf_parts(target_path)) / max(draft.size, 1)
-        note(f"specchat: draft {draft.name} found on this machine (same vocabulary, "
-             f"{smaller:.0f}x smaller; --draft none turns it off)")
+    assert found.model is not None
+    smaller = found.target_size / max(found.model.size, 1)
+    note(f"specchat: draft {found.model.name} found on this machine (same vocabulary, "
+         f"{smaller:.0f}x smaller; --draft none turns it off)")
 
 
 def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtime:
@@ -88,8 +87,8 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
     target_path = resolve_model(target_name, quiet=settings.quiet)
     draft_path = resolve_model(draft_name, quiet=settings.quiet) if draft_name else None
     found = found_draft(settings, target_path)
-    if found is not None:
-        draft_name, draft_path = found.name, found.path
+    if found is not None and found.model is not None:
+        draft_name, draft_path = found.model.name, found.model.path
     layers, fit = gpu_layers(settings, target_path, draft_path)
     calibration = Calibration(settings, gpu_key(layers, fit))
     paired = draft_path  # learnt acceptance stays the pair's (Calibration.acceptance_key)
@@ -99,7 +98,7 @@ def open_runtime(settings: LoadSettings, reuse: Runtime | None = None) -> Runtim
             note(f"specchat: {unloaded}")
         draft_name, draft_path = None, None
     elif found is not None and not settings.quiet:
-        _say_found(found, target_path)
+        _say_found(found)
     closers: list[Callable[[], None]] = []
     target, draft, template, vocabs = _load(settings, (target_path, draft_path), layers,
                                             calibration, _loaded_models(reuse), closers)

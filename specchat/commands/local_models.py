@@ -108,9 +108,10 @@ def _draft_line() -> str:
     if named is not None:
         return f"{named} for {target} (named by -d or the preset){_text_note(target, named)}"
     found = found_draft(settings, resolve_model(target, pull=False, quiet=True))
-    if found is None:
+    if found is None or found.model is None:
         return f"none found on this machine for {target} (-d MODEL names one)"
-    return f"{found.name} for {target}, found on this machine (--draft none turns it off)"
+    return (f"{found.model.name} for {target}, found on this machine (--draft none turns it "
+            "off)")
 
 
 def _text_note(target: str, draft: str) -> str:
