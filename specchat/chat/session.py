@@ -240,7 +240,9 @@ class ChatSession:
         n_ctx = self.runtime.n_ctx
         if n_ctx is None:
             return None
-        return len(self.runtime.prompt_tokens(self.conversation.messages())), n_ctx
+        messages = self.conversation.messages()
+        # Nothing said yet takes nothing: some templates (Qwen's) fail on an empty list.
+        return (len(self.runtime.prompt_tokens(messages)) if messages else 0), n_ctx
 
     def report(self, exc: BaseException) -> None:
         """An error as one line; the traceback only into the --verbose log."""

@@ -13,6 +13,7 @@ from specchat.chat import clipboard, commands, repl
 from specchat.chat.chatlog import load_conversation
 from specchat.chat.commands import COMMANDS
 from specchat.chat.session import ChatSession
+from specchat.errors import UsageError
 from tests.support import chat_fakes as f
 from tests.support.replkeys import CTRL_C, CTRL_D, ENTER, ESC_ENTER, drive
 
@@ -118,6 +119,21 @@ def test_mode_draft_with_a_draft_model(tmp_path: Path) -> None:
     assert session.options.spec == "draft"
     assert "draft (fake-draft)" in err and "acc " in err
     assert "by position  1:" in err
+
+
+def test_show_before_the_first_message_with_a_template_that_needs_one(chat) -> None:  # type: ignore
+    session, streams, _ = chat
+    render = session.runtime.chat_tokens
+
+    def qwen_like(messages):  # type: ignore[no-untyped-def]
+        if not messages:
+            raise UsageError("the chat template failed: list object has no element 0")
+        return render(messages)
+
+    session.runtime.chat_tokens = qwen_like
+    drive(session, "/show" + ENTER + CTRL_D, None)
+    _, err = streams.take()
+    assert "context   0 / 4096 tokens" in err and "error" not in err
 
 
 def test_show(chat) -> None:  # type: ignore[no-untyped-def]
