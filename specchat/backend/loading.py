@@ -149,17 +149,18 @@ def _left_out(settings: LoadSettings, calibration: Calibration, target_path: Pat
     if ratio is None:
         return None
     return (f"draft {draft_name} not loaded: its step costs {ratio:.2f} of a target step here, "
-            "more than auto could ever win back (--spec draft uses it)")
+            "more than auto could ever win back (--spec draft, or /mode draft in a chat, "
+            "loads it)")
 
 
 def draft_not_worth_loading(settings: LoadSettings, calibration: Calibration,
                             target_path: Path, draft_path: Path | None, target_layers: int
                             ) -> float | None:
-    """The draft step in target steps, when a command that answers in auto alone need not
-    load the draft: the finished calibration shows auto could never draft with it (~1 s and
-    its memory a start on this 2-core CPU, where the 0.5B draft costs half the 1.5B target's
-    step). None: load it."""
-    if not settings.auto_only or settings.spec is not Spec.AUTO or draft_path is None:
+    """The draft step in target steps, when a command that loads the draft on demand need
+    not load it now: it answers in auto, and the finished calibration shows auto could never
+    draft with it (~1 s and its memory a start on this 2-core CPU, where the 0.5B draft costs
+    half the 1.5B target's step). None: load it."""
+    if not settings.draft_on_demand or settings.spec is not Spec.AUTO or draft_path is None:
         return None
     from specchat.llm import runs_on_cpu
 

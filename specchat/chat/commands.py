@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from specchat.backend.base import RuntimeInfo
 from specchat.chat import clipboard, live, switch
 from specchat.chat.session import ChatSession
 from specchat.engine.options import SPEC_MODES
@@ -61,7 +62,7 @@ def _show(session: ChatSession, arg: str) -> None:
     template = info.template_note or "the model's own"
     lines = [
         f"model     {info.target_name}  {info.target_path}",
-        f"draft     {info.draft_name or 'none'}  {info.draft_path or ''}".rstrip(),
+        _draft_line(info),
         f"template  {template}{' (fallback)' if info.template_is_fallback else ''}",
         f"context   {_context_line(session)}",
         f"system    {conv.system or '(none)'}",
@@ -70,6 +71,12 @@ def _show(session: ChatSession, arg: str) -> None:
         "options   " + live.show_line(session),
     ]
     session.renderer.lines(lines + [f"note      {n}" for n in info.notes])
+
+
+def _draft_line(info: RuntimeInfo) -> str:
+    if info.draft_name is None and info.draft_not_loaded:
+        return f"draft     none ({info.draft_not_loaded})"
+    return f"draft     {info.draft_name or 'none'}  {info.draft_path or ''}".rstrip()
 
 
 def _context_line(session: ChatSession) -> str:
@@ -162,8 +169,8 @@ def _mode(session: ChatSession, arg: str) -> None:
         return
     if mode not in SPEC_MODES:
         raise UsageError(f"/mode takes one of {', '.join(SPEC_MODES)}")
-    session.set_options(spec=mode)
-    session.renderer.dim(f"mode: {mode}")
+    if not switch.use_mode(session, mode):  # a loaded draft says the mode with the models
+        session.renderer.dim(f"mode: {mode}")
 
 
 def _bye(session: ChatSession, arg: str) -> None:

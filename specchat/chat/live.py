@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from specchat.chat import switch
 from specchat.chat.session import ChatSession
 from specchat.errors import UsageError
 from specchat.paths import config_file
@@ -60,6 +61,8 @@ def apply(session: ChatSession, opt: Option, value: Any) -> None:
         session.renderer.config = dataclasses.replace(
             config, markdown=config.rich and not session.plain,
             show_draft=config.rich and session.wants_show_draft)
+    elif opt.name == "spec":
+        switch.use_mode(session, value)
     elif opt.name == "seed":
         session.set_options(seed=None if value == -1 else value)
     elif opt.name == "stop":

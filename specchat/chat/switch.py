@@ -61,6 +61,18 @@ def draft(session: ChatSession, arg: str) -> None:
     _switch(session, draft=NO_DRAFT if none else name, spec=spec)
 
 
+def use_mode(session: ChatSession, mode: str) -> bool:
+    """/mode and /set spec: answer in `mode` from now on. Draft mode loads the draft model
+    a chat in auto left out (loading.draft_not_worth_loading); True when it did."""
+    info = session.runtime.info
+    if Spec(mode) is Spec.DRAFT and info.draft_name is None and info.draft_not_loaded:
+        session.renderer.dim("loading the draft model for draft mode")
+        _switch(session, spec=Spec.DRAFT)
+        return True
+    session.set_options(spec=mode)
+    return False
+
+
 def _switch(session: ChatSession, *, model: str | None = KEEP,
             draft: str | None = KEEP, spec: Spec | None = None) -> None:
     old = session.runtime

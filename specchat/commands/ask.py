@@ -141,7 +141,8 @@ def _ask_local(settings: Settings, options: GenerationOptions, attached: list[At
     """Local models: the prompt cache, attachment token counts, the context check."""
     # The prompt cache keeps the prompt's KV states on disk: private mode writes none.
     cache_limit = 0 if settings["private"] else parse_size(settings["prompt_cache"])
-    loading = replace(LoadSettings.from_settings(settings, quiet=not echo), auto_only=True)
+    loading = replace(LoadSettings.from_settings(settings, quiet=not echo),
+                      draft_on_demand=True)
     with open_runtime(loading) as runtime:
         runtime.prompt_cache = PromptCache(prompt_cache_dir(), cache_limit)
         counts: list[int | None] = list(measure(attached, runtime.text_tokens,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional, TextIO
 
@@ -71,7 +72,8 @@ def chat(
         chatlog = PrivateChatLog(meta=chatlog.meta)
     try:
         backend: Backend = c.open_remote(settings, options) if settings["endpoint"] else \
-            open_runtime(LoadSettings.from_settings(settings, quiet=piped))
+            open_runtime(replace(LoadSettings.from_settings(settings, quiet=piped),
+                                 draft_on_demand=True))  # /mode draft loads one left out
         with backend as runtime, ending.installed():
             session = make_session(runtime, options, conversation, chatlog, errors,
                                    plain=settings["plain"], show_draft=settings["show_draft"])

@@ -38,9 +38,9 @@ class LoadSettings:
     draft_history: bool = field(default=BY_NAME["draft_history"].default)
     draft_store: str = field(default=BY_NAME["draft_store"].default)
     private: bool = field(default=BY_NAME["private"].default)
-    # The command answers in `spec` only, never switching modes (ask): under auto, a draft
-    # model this machine's calibration shows auto could never draft with is not loaded.
-    auto_only: bool = False
+    # Under auto, a draft model this machine's calibration shows auto could never draft with
+    # is not loaded: ask answers in auto alone, and chat loads it when /mode draft asks.
+    draft_on_demand: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "spec", Spec(self.spec))  # "off" given as text is Spec.OFF

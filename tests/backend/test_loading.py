@@ -112,29 +112,29 @@ CPU = [1.0, 1.67, 2.21, 2.74, 3.38, 3.8, 4.8, 5.88, 6.0, 6.2, 6.4, 6.6, 6.8, 6.9
 FLAT = [1.0 + 0.02 * i for i in range(17)]
 
 
-def test_an_auto_only_answer_leaves_out_a_draft_that_could_never_pay(tmp_path: Path) -> None:
-    settings = LoadSettings(auto_only=True)
+def test_an_auto_answer_leaves_out_a_draft_that_could_never_pay(tmp_path: Path) -> None:
+    settings = LoadSettings(draft_on_demand=True)
     cal, target, draft = calibrated(tmp_path, settings, 0.03, CPU, 0.54 * 0.03)
     assert draft_not_worth_loading(settings, cal, target, draft, 0) == pytest.approx(0.54)
 
 
 def test_a_draft_that_could_pay_somewhere_is_loaded(tmp_path: Path) -> None:
-    settings = LoadSettings(auto_only=True)
+    settings = LoadSettings(draft_on_demand=True)
     cal, target, draft = calibrated(tmp_path, settings, 0.03, FLAT, 0.1 * 0.03)
     assert draft_not_worth_loading(settings, cal, target, draft, 0) is None
 
 
 def test_without_a_finished_calibration_the_draft_is_loaded_and_measured(
         tmp_path: Path) -> None:
-    settings = LoadSettings(auto_only=True)
+    settings = LoadSettings(draft_on_demand=True)
     cal, target, draft = calibrated(tmp_path, settings, 0.03, CPU, 0.54 * 0.03, final=False)
     assert draft_not_worth_loading(settings, cal, target, draft, 0) is None
     empty = Calibration(settings, "", path=tmp_path / "none.json")
     assert draft_not_worth_loading(settings, empty, target, draft, 0) is None
 
 
-@pytest.mark.parametrize("settings", [LoadSettings(), LoadSettings(auto_only=True,
-                                                                     spec=Spec.DRAFT)])
+@pytest.mark.parametrize("settings", [LoadSettings(), LoadSettings(draft_on_demand=True,
+                                                                   spec=Spec.DRAFT)])
 def test_a_command_that_may_draft_with_the_model_always_loads_it(
         tmp_path: Path, settings: LoadSettings) -> None:
     cal, target, draft = calibrated(tmp_path, settings, 0.03, CPU, 0.54 * 0.03)

@@ -181,6 +181,24 @@ def test_model_and_draft_switch_keeps_the_conversation(tmp_path: Path,
     assert len(records) == 3 and '"model": "2"' in records[0]
 
 
+@pytest.mark.parametrize("asked", ["/mode draft", "/set spec draft"])
+def test_draft_mode_loads_the_draft_auto_left_out(tmp_path: Path, asked: str) -> None:
+    loaded: list[str] = []
+    first = fake_open(loaded)(LoadSettings(model="1", spec="auto"))
+    first.settings = LoadSettings(model="1", draft="3", spec="auto", draft_on_demand=True)
+    first.info.draft_not_loaded = "draft 3 not loaded: its step costs 0.54 of a target step"
+    session, streams = f.session(tmp_path, rt=first)
+    session.set_options(spec="auto")
+    keys = "/show" + ENTER + "hello" + ENTER + asked + ENTER + "again" + ENTER + "/show" + ENTER
+    assert drive(session, keys + CTRL_D, None) == 0
+    _, err = streams.take()
+    assert loaded == ["1", "3"] and session.options.spec == "draft"
+    assert "draft     none (draft 3 not loaded: its step costs 0.54" in err
+    assert "now 1 + draft 3 · mode draft" in err and "draft     3" in err
+    assert session.runtime.target is first.target  # the conversation's cache stays
+    assert [t.user for t in session.conversation.turns] == ["hello", "again"]
+
+
 def test_ctrl_r_searches_the_prompt_history(tmp_path: Path) -> None:
     hist = tmp_path / "state" / "history"
     session, _ = f.session(tmp_path)

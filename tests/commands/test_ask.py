@@ -49,7 +49,7 @@ def test_one_answer_in_one_mode_lets_auto_leave_out_a_draft_that_cannot_pay(
     for mode in ("auto", "draft"):
         code, out, _ = run(["ask", "hello", "-n", "3", "--json", "--spec", mode], capsys)
         settings = fake_ask_runtime["settings"]
-        assert code == 0 and settings.auto_only and settings.spec == mode
+        assert code == 0 and settings.draft_on_demand and settings.spec == mode
         assert "draft_not_loaded" in json.loads(out)  # why not, when it was left out
 
 

@@ -57,6 +57,7 @@ def test_piped_stdin_is_one_answer(home, capsys, monkeypatch) -> None:  # type: 
     turns = load_conversation(conversation_files()[0]).turns
     assert code == 0 and out == turns[0].assistant + "\n" and err == ""
     assert turns[0].user == "hello" and home["settings"].quiet
+    assert home["settings"].draft_on_demand  # a draft auto cannot use waits for /mode draft
 
 
 def test_empty_stdin_exits_quietly(home, capsys, monkeypatch) -> None:  # type: ignore
