@@ -178,29 +178,29 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
     from specchat.llm import runs_on_cpu
     from specchat.llm.model import load_model  # llama.cpp loads only when models do
 
-    def load(path: Path, n_ctx: int, n_gpu_layers: int,
+    def load(path: Path, n_ctx: tuple[int, int | None], n_gpu_layers: int,
              flash_attn: bool | None = None, exact: bool = False) -> LlamaModel:
         if str(path) in loaded:
             return loaded[str(path)]
-        model = load_model(path, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
-                           n_threads=settings.threads, verbose=settings.verbose,
-                           flash_attn=flash_attn, exact=exact)
+        model = load_model(path, n_ctx=n_ctx[0], ctx_start=n_ctx[1],
+                           n_gpu_layers=n_gpu_layers, n_threads=settings.threads,
+                           verbose=settings.verbose, flash_attn=flash_attn, exact=exact)
         closers.append(model.close)
         return model
 
     target_path, draft_path = paths
     # Only the target's numerics decide the answer: the draft is never made exact.
-    target = load(target_path, settings.n_ctx, layers[0],
+    target = load(target_path, (settings.n_ctx, settings.ctx_start), layers[0],
                   flash_attn_for(settings, calibration, target_path, runs_on_cpu(layers[0])),
                   settings.exact)
     try:
         draft, vocabs = None, None
         if draft_path is not None:
-            # target.n_ctx, not settings.n_ctx: --ctx 0 resolved to the target's trained one.
+            # The target's sizes, not settings.n_ctx: --ctx 0 resolved to its trained one.
             # A pinned flash attention applies to both models; under auto the draft takes
             # auto's default for where it runs, not the target's measurement (its numerics
             # never change the answer).
-            draft = load(draft_path, target.n_ctx, layers[1],
+            draft = load(draft_path, (target.ctx_limit, target.n_ctx), layers[1],
                          choice(settings.flash_attn, None, on_cpu=runs_on_cpu(layers[1]),
                                 exact=False))
             vocabs = text_vocabs(settings, target, draft)

@@ -49,6 +49,10 @@ from specchat.settings.load import LoadSettings
 if TYPE_CHECKING:
     from specchat.backend.tuning import Tuned
 
+# Positions make_room leaves beyond the prompt, the longest answer and one draft: a tree of
+# candidates holds a few more cells than its longest branch.
+ROOM_MARGIN = 64
+
 
 @dataclass
 class Runtime(Backend):
@@ -219,20 +223,32 @@ class Runtime(Backend):
 
     def fitting(self, tokens: list[int]) -> list[int]:
         """The tokens, or PromptTooLong when they leave no room in the context."""
-        if len(tokens) >= self.target.n_ctx:
-            raise PromptTooLong(len(tokens), self.target.n_ctx)
+        if len(tokens) >= self.n_ctx:
+            raise PromptTooLong(len(tokens), self.n_ctx)
         return tokens
 
     def refuse_certainly_long(self, prompt: Sequence[Message] | str) -> None:
         """PromptTooLong, before any tokenizing, for a prompt that cannot fit."""
         least = self.least_tokens(prompt)
-        if least >= self.target.n_ctx:
-            raise PromptTooLong(least, self.target.n_ctx, at_least=True)
+        if least >= self.n_ctx:
+            raise PromptTooLong(least, self.n_ctx, at_least=True)
+
+    def make_room(self, prompt: int, options: GenerationOptions) -> None:
+        """Contexts opened small (LoadSettings.ctx_start) widened, as far as --ctx allows,
+        to hold a prompt of `prompt` tokens and the longest answer `options` allow. A widened
+        cache starts empty: call this before the answer, not during one."""
+        need = prompt + options.max_tokens + options.draft_max + ROOM_MARGIN
+        for model in (self.target, self.draft):
+            widen = getattr(model, "widen", None)  # a model that cannot widen is full-size
+            if widen is not None:
+                widen(need)
 
     # --- Backend -------------------------------------------------------------------------
     @property
     def n_ctx(self) -> int:
-        return self.target.n_ctx
+        """The positions a prompt and its answer may fill (--ctx). The target's context may
+        hold fewer until make_room widens it."""
+        return int(getattr(self.target, "ctx_limit", self.target.n_ctx))
 
     @property
     def token_bytes(self) -> Callable[[int], bytes]:

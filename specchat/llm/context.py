@@ -12,6 +12,8 @@ from specchat.llm.cbuf import log_reason
 from specchat.llm.exact import kv_types
 from specchat.llm.lib import LOG, create_interruptibly
 
+CTX_STEP = 256  # positions a context is sized in
+
 
 def exact_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
                    flash_attn: bool | None, sequences: int, exact: bool) -> tuple[Any, bool]:
@@ -53,3 +55,12 @@ def new_context(model: Any, n_ctx: int, n_batch: int, n_threads: int,
         raise ModelError(f"llama.cpp could not create a {n_ctx}-token context: "
                          f"{log_reason(LOG.errors)}")
     return ctx
+
+
+def start_size(limit: int, wanted: int | None, n_batch: int) -> int:
+    """Positions a context starts with: `wanted` rounded up to CTX_STEP (None: the limit),
+    never fewer than a batch (a smaller context would cut prefill batches short, and batch
+    sizes change the floats), never more than the limit."""
+    if wanted is None:
+        return limit
+    return min(limit, max(n_batch, -(-wanted // CTX_STEP) * CTX_STEP))

@@ -20,7 +20,7 @@ from specchat.engine.protocol import ContextFullError
 from specchat.errors import Cancelled, ModelError, UsageError
 from specchat.llm.batch import chunk_spans, normalize_rows, rows_in_span
 from specchat.llm.cbuf import log_reason, read_negative_size, read_tokens, token_or_none
-from specchat.llm.context import exact_context
+from specchat.llm.context import exact_context, start_size
 from specchat.llm.exact import EXACT_ROWS, kv_types
 from specchat.llm.ggml import default_threads
 from specchat.llm.gguf import content_fingerprint
@@ -53,8 +53,11 @@ SCAN_FROM = 32
 def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None = None,
                n_threads: int | None = None, n_batch: int = 512,
                flash_attn: bool | None = None, verbose: bool = False,
-               tree_sequences: int | None = None, exact: bool = False) -> LlamaModel:
-    """Load a GGUF file with a fresh, empty KV cache of n_ctx positions.
+               tree_sequences: int | None = None, exact: bool = False,
+               ctx_start: int | None = None) -> LlamaModel:
+    """Load a GGUF file with a fresh, empty KV cache of n_ctx positions, or of ctx_start
+    (start_size) that widen() grows up to n_ctx: a cache's memory is written once when it is
+    made, ~0.1 s per 1,000 positions on a 2-core CPU, which a short answer need not pay for.
 
     n_gpu_layers None offloads every layer when the build can, else none. n_ctx 0 means the
     model's trained context; more than that is a UsageError naming the limit. flash_attn None
@@ -80,12 +83,14 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
             tree_sequences = TREE_SEQUENCES if n_gpu_layers != 0 else 1
         sequences = sequences_for(n_batch, tree_sequences)
         wanted = exact and n_gpu_layers == 0
-        ctx, exact = exact_context(model, n_ctx, n_batch, n_threads or default_threads(),
-                                    flash_attn, sequences, wanted)
+        ctx, exact = exact_context(model, start_size(n_ctx, ctx_start, n_batch), n_batch,
+                                    n_threads or default_threads(), flash_attn, sequences,
+                                    wanted)
     except BaseException:
         llama_cpp.llama_model_free(model)
         raise
-    loaded = LlamaModel(path, model, ctx, n_batch, gpu_layers=n_gpu_layers, sequences=sequences)
+    loaded = LlamaModel(path, model, ctx, n_batch, gpu_layers=n_gpu_layers, sequences=sequences,
+                        ctx_limit=n_ctx)
     loaded.flash_attn = True if exact else flash_attn
     loaded.exact_wanted, loaded.exact = wanted, exact
     return loaded
@@ -110,7 +115,8 @@ class LlamaModel(TreeBatches, SideFills):
     """
 
     def __init__(self, path: Path, model: Any, ctx: Any, n_batch: int, *,
-                 gpu_layers: int = 0, sequences: int = 1) -> None:
+                 gpu_layers: int = 0, sequences: int = 1, ctx_limit: int | None = None
+                 ) -> None:
         self.path = path
         self._sequences = sequences  # the context's n_seq_max: branches one verify may hold
         self._gpu_layers = gpu_layers
@@ -119,6 +125,7 @@ class LlamaModel(TreeBatches, SideFills):
         self._mem = llama_cpp.llama_get_memory(ctx)
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))  # what llama.cpp made of the request
+        self._ctx_limit = max(ctx_limit or 0, self._n_ctx)  # what widen() may grow it to
         # The longest decode call this context takes: what was asked, as llama.cpp set it.
         self._n_batch = min(n_batch, int(llama_cpp.llama_n_batch(ctx)),
                             int(llama_cpp.llama_n_ubatch(ctx)))
@@ -235,15 +242,31 @@ class LlamaModel(TreeBatches, SideFills):
     def set_flash_attn(self, enabled: bool | None) -> None:
         """A new, empty KV cache with flash attention on or off (None: llama.cpp's default),
         same weights and threads."""
+        self._renew(self._n_ctx, enabled)
+
+    @property
+    def ctx_limit(self) -> int:
+        """The most positions widen() grows the context to (--ctx); n_ctx: what it holds."""
+        return self._ctx_limit
+
+    def widen(self, n: int) -> None:
+        """A context of at least n positions where the limit allows (rounded up to
+        CTX_STEP), its cache empty (what it held is evaluated again); nothing changes when it
+        already holds n."""
+        if n > self._n_ctx < self._ctx_limit:
+            self._renew(start_size(self._ctx_limit, n, self._n_batch), self.flash_attn)
+
+    def _renew(self, n_ctx: int, flash_attn: bool | None) -> None:
         self._check_open()
         n_threads = int(llama_cpp.llama_n_threads(self._ctx))
-        ctx, exact = exact_context(self._model, self._n_ctx, self._n_batch, n_threads,
-                                    enabled, self._sequences, self.exact_wanted)
+        ctx, exact = exact_context(self._model, n_ctx, self._n_batch, n_threads,
+                                    flash_attn, self._sequences, self.exact_wanted)
         llama_cpp.llama_free(self._ctx)
         self._ctx, self._mem = ctx, llama_cpp.llama_get_memory(ctx)
+        self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))
         self._tokens.clear()
         self._tree = None
-        self.flash_attn, self.exact = (True if exact else enabled), exact
+        self.flash_attn, self.exact = (True if exact else flash_attn), exact
 
     @property
     def on_cpu(self) -> bool:

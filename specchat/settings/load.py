@@ -41,6 +41,9 @@ class LoadSettings:
     # Under auto, a draft model this machine's calibration shows auto could never draft with
     # is not loaded: ask answers in auto alone, and chat loads it when /mode draft asks.
     draft_on_demand: bool = False
+    # Positions the contexts start with (None: n_ctx), widened up to n_ctx by
+    # Runtime.make_room: a one-shot answer knows roughly what it needs before loading.
+    ctx_start: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "spec", Spec(self.spec))  # "off" given as text is Spec.OFF

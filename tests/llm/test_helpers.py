@@ -10,6 +10,7 @@ import pytest
 from specchat.errors import ModelError
 from specchat.llm.batch import chunk_spans, normalize_rows, rows_in_span
 from specchat.llm.cbuf import log_reason, read_negative_size, read_snprintf, read_tokens
+from specchat.llm.context import start_size
 from specchat.llm.gguf import check_gguf_file
 from specchat.llm.hooks import LogSink
 
@@ -21,6 +22,15 @@ def test_rows_negative_and_out_of_range() -> None:
         normalize_rows([3, -4, 1], 3)
     with pytest.raises(IndexError):
         normalize_rows([0], 0)
+
+
+def test_a_context_starts_at_what_is_wanted_rounded_up_within_a_batch_and_the_limit() -> None:
+    assert start_size(4096, None, 512) == 4096  # nothing said: full size
+    assert start_size(4096, 1100, 512) == 1280
+    assert start_size(4096, 1280, 512) == 1280
+    assert start_size(4096, 40, 512) == 512  # never fewer than one prefill batch
+    assert start_size(4096, 9000, 512) == 4096
+    assert start_size(300, 40, 300) == 300  # a --ctx below a batch: the batch follows it
 
 
 def test_chunks_and_rows_inside_them() -> None:
