@@ -52,6 +52,16 @@ if TYPE_CHECKING:
 # Positions make_room leaves beyond the prompt, the longest answer and one draft: a tree of
 # candidates holds a few more cells than its longest branch.
 ROOM_MARGIN = 64
+TEMPLATE_ROOM = 1024  # bytes a chat template adds around the messages, in positions_for
+
+
+def positions_for(texts: Sequence[str], options: GenerationOptions) -> int:
+    """Context positions a prompt of these texts and its longest answer need at most, known
+    before a model loads: a token stands for a byte of text or more, and a chat template adds
+    less than TEMPLATE_ROOM bytes (where one adds more, make_room widens the context after
+    tokenizing). For LoadSettings.ctx_start: a context is as slow to make as it is long."""
+    prompt = sum(len(t.encode("utf-8", errors="replace")) for t in texts) + TEMPLATE_ROOM
+    return prompt + options.max_tokens + options.draft_max + ROOM_MARGIN
 
 
 @dataclass
@@ -91,6 +101,7 @@ class Runtime(Backend):
         """Generate an answer to `prompt` tokens; the mode comes from options.spec, the
         grammar from options.structure or the tool choice."""
         options = self.effective_options(options)
+        self.make_room(len(prompt), options)
         draft = self.draft_for(options.spec)
         store_index = None
         if self.store is not None and options.spec is Spec.AUTO:
@@ -235,8 +246,8 @@ class Runtime(Backend):
 
     def make_room(self, prompt: int, options: GenerationOptions) -> None:
         """Contexts opened small (LoadSettings.ctx_start) widened, as far as --ctx allows,
-        to hold a prompt of `prompt` tokens and the longest answer `options` allow. A widened
-        cache starts empty: call this before the answer, not during one."""
+        to hold a prompt of `prompt` tokens and the longest answer `options` allow (what
+        their caches hold moves across). stream() calls it before every answer."""
         need = prompt + options.max_tokens + options.draft_max + ROOM_MARGIN
         for model in (self.target, self.draft):
             widen = getattr(model, "widen", None)  # a model that cannot widen is full-size

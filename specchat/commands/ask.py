@@ -15,7 +15,7 @@ import typer
 
 from specchat.backend.base import Backend, Events, Message, ProgressCallback
 from specchat.backend.loading import open_runtime
-from specchat.backend.local import ROOM_MARGIN
+from specchat.backend.local import positions_for
 from specchat.backend.promptcache import PromptCache
 from specchat.chat.attach import Attachment, compose, measure, read_files
 from specchat.commands import common as c
@@ -31,8 +31,6 @@ from specchat.term import output
 from specchat.term.progress import PrefillProgress
 from specchat.term.safe import note
 from specchat.term.summary import summary_line
-
-TEMPLATE_ROOM = 1024  # bytes a chat template adds around the messages, in context_for
 
 
 def register(app: typer.Typer) -> None:
@@ -147,7 +145,8 @@ def _ask_local(settings: Settings, options: GenerationOptions, attached: list[At
     message = compose(attached, text)
     messages = None if raw else messages_for(message, settings["system"])
     loading = replace(LoadSettings.from_settings(settings, quiet=not echo),
-                      draft_on_demand=True, ctx_start=context_for(message, messages, options))
+                      draft_on_demand=True,
+                      ctx_start=positions_for([message, settings["system"] or ""], options))
     with open_runtime(loading) as runtime:
         runtime.prompt_cache = PromptCache(prompt_cache_dir(), cache_limit)
         counts: list[int | None] = list(measure(attached, runtime.text_tokens,
@@ -155,7 +154,6 @@ def _ask_local(settings: Settings, options: GenerationOptions, attached: list[At
         runtime.refuse_certainly_long(message if messages is None else messages)
         tokens = runtime.fitting(runtime.raw_tokens(message) if messages is None else
                                  runtime.chat_prompt(messages, options))
-        runtime.make_room(len(tokens), options)
         head = tokens[runtime.record_start(messages, tokens):]  # kept in the drafting store
         finished = stream_answer(
             lambda progress: runtime.kept(runtime.stream(tokens, options, progress=progress),
@@ -163,17 +161,6 @@ def _ask_local(settings: Settings, options: GenerationOptions, attached: list[At
         if finished is not None:
             runtime.remember_prompt(tokens, finished.stats)
     return finished, runtime, counts
-
-
-def context_for(message: str, messages: list[Message] | None,
-                options: GenerationOptions) -> int:
-    """Context positions this prompt and its longest answer need, at most, known before a
-    model loads: a token stands for a byte of text or more, and a chat template adds less
-    than TEMPLATE_ROOM bytes around the messages (where one adds more, Runtime.make_room
-    widens the context after tokenizing). A context is as slow to make as it is long."""
-    texts = [message] if messages is None else [m["content"] for m in messages]
-    prompt = sum(len(t.encode("utf-8", errors="replace")) for t in texts) + TEMPLATE_ROOM
-    return prompt + options.max_tokens + options.draft_max + ROOM_MARGIN
 
 
 def _ask_remote(settings: Settings, options: GenerationOptions, attached: list[Attachment],

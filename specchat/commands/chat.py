@@ -15,6 +15,7 @@ import typer
 from specchat import fileio
 from specchat.backend.base import Backend
 from specchat.backend.loading import open_runtime
+from specchat.backend.local import positions_for
 from specchat.chat import ending
 from specchat.chat.attach import Attachment, measure, read_files
 from specchat.chat.chatlog import ChatLog, PrivateChatLog, latest_file, load_conversation
@@ -73,7 +74,9 @@ def chat(
     try:
         backend: Backend = c.open_remote(settings, options) if settings["endpoint"] else \
             open_runtime(replace(LoadSettings.from_settings(settings, quiet=piped),
-                                 draft_on_demand=True))  # /mode draft loads one left out
+                                 draft_on_demand=True,  # /mode draft loads one left out
+                                 ctx_start=_first_turn(conversation, settings, question,
+                                                       attached, options)))
         with backend as runtime, ending.installed():
             session = make_session(runtime, options, conversation, chatlog, errors,
                                    plain=settings["plain"], show_draft=settings["show_draft"])
@@ -89,6 +92,15 @@ def chat(
         # Leaving the chat with Ctrl-C is a choice, not an error, and an interrupted one-shot
         # answer has already said so: exit with the code and no further message.
         sys.exit(code)
+
+
+def _first_turn(conversation: Conversation, settings: Settings, question: str,
+                attached: list[Attachment], options: GenerationOptions) -> int:
+    """Context positions the first answer can need (the context widens as the
+    conversation grows, Runtime.make_room)."""
+    texts = [str(m["content"]) for m in conversation.messages()]
+    return positions_for([*texts, settings["system"] or "", question,
+                          *(a.text for a in attached)], options)
 
 
 def pick_conversation(continue_: bool, load: Path | None) -> tuple[Conversation, ChatLog]:

@@ -8,6 +8,7 @@ and `Llama` either keeps one row or allocates n_ctx x n_vocab floats for all of 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -250,11 +251,21 @@ class LlamaModel(TreeBatches, SideFills):
         return self._ctx_limit
 
     def widen(self, n: int) -> None:
-        """A context of at least n positions where the limit allows (rounded up to
-        CTX_STEP), its cache empty (what it held is evaluated again); nothing changes when it
-        already holds n."""
-        if n > self._n_ctx < self._ctx_limit:
-            self._renew(start_size(self._ctx_limit, n, self._n_batch), self.flash_attn)
+        """A context of at least n positions where the limit allows, and at least twice
+        what it held (a growing conversation widens a few times, not every turn); what the
+        cache holds moves across bit for bit. Nothing changes when it already holds n."""
+        if not n > self._n_ctx < self._ctx_limit:
+            return
+        self._check_open()  # a side fill settled first
+        self._drop_tree()
+        held = list(self._tokens)
+        blob = self.save_state() if held else None
+        self._renew(start_size(self._ctx_limit, max(n, 2 * self._n_ctx), self._n_batch),
+                    self.flash_attn)
+        if blob is not None:
+            # A state that does not load leaves the cache empty: evaluated again, not wrong.
+            with contextlib.suppress(ModelError):
+                self.load_state(held, blob)
 
     def _renew(self, n_ctx: int, flash_attn: bool | None) -> None:
         self._check_open()

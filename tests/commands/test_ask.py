@@ -55,7 +55,7 @@ def test_one_answer_in_one_mode_lets_auto_leave_out_a_draft_that_cannot_pay(
 
 def test_a_one_shot_answer_opens_a_context_sized_to_its_prompt_and_longest_answer(
         fake_ask_runtime: dict, capsys: Any) -> None:
-    from specchat.commands.ask import TEMPLATE_ROOM
+    from specchat.backend.local import TEMPLATE_ROOM
 
     code, _, _ = run(["ask", "héllo", "-n", "100", "-s", "be brief"], capsys)
     settings = fake_ask_runtime["settings"]

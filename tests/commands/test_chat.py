@@ -58,6 +58,8 @@ def test_piped_stdin_is_one_answer(home, capsys, monkeypatch) -> None:  # type: 
     assert code == 0 and out == turns[0].assistant + "\n" and err == ""
     assert turns[0].user == "hello" and home["settings"].quiet
     assert home["settings"].draft_on_demand  # a draft auto cannot use waits for /mode draft
+    # The context starts at what the first answer can need (12 tokens, no 4,096).
+    assert 1024 + 12 < home["settings"].ctx_start < 1024 + 200
 
 
 def test_empty_stdin_exits_quietly(home, capsys, monkeypatch) -> None:  # type: ignore

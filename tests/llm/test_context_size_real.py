@@ -1,6 +1,6 @@
-"""A context that starts small (a one-shot answer's) and widens: the same logits as a context
-made full-size at once, on real GGUF files, and an answer whose prompt outgrew the first
-guess is the answer a full-size runtime gives."""
+"""A context that starts small (a one-shot answer's, a chat's first turn) and widens, its cache
+moved across: the same logits as a context made full-size at once, on real GGUF files, and an
+answer whose prompt outgrew the first guess is the answer a full-size runtime gives."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ GREEDY = GenerationOptions(sampling=SamplingOptions(temperature=0.0), max_tokens
 
 
 @pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
-def test_a_widened_context_computes_what_a_full_size_one_does(
+def test_a_widened_context_keeps_its_cache_and_computes_what_a_full_size_one_does(
         real_model_path: Callable[[str], Path], name: str) -> None:
     path = real_model_path(name)
     with load_model(path, n_ctx=2048, n_gpu_layers=0, n_threads=1) as full, \
@@ -32,15 +32,18 @@ def test_a_widened_context_computes_what_a_full_size_one_does(
         tokens = full.tokenize(shared_text(), add_special=True, parse_special=False)[:700]
         with pytest.raises(ContextFullError):
             small.eval(tokens, [])
-        small.eval(tokens[:8], [])
+        for model in (small, full):
+            model.eval(tokens[:400], [])
         small.widen(len(tokens) + 1)
-        assert small.n_ctx == 768 and not small.tokens  # rounded up; the cache starts over
-        rows = [0, 511, 512, 699]  # both prefill chunks
-        assert np.array_equal(small.eval(tokens, rows), full.eval(tokens, rows))
-        steps = [small.eval([t], [0])[0] for t in (11, 12, 13)]
-        assert all(np.array_equal(s, full.eval([t], [0])[0]) for s, t in zip(steps, (11, 12, 13)))
+        # At least twice what it held, and the cache moved across, not evaluated again.
+        assert small.n_ctx == 1024 and list(small.tokens) == tokens[:400]
+        assert small.cached_positions() == 400
+        rows = [0, 150, 299]
+        assert np.array_equal(small.eval(tokens[400:], rows), full.eval(tokens[400:], rows))
         small.widen(10_000)
-        assert small.n_ctx == 2048 and not small.tokens
+        assert small.n_ctx == 2048 and list(small.tokens) == tokens
+        for t in (11, 12, 13):
+            assert np.array_equal(small.eval([t], [0]), full.eval([t], [0]))
         small.widen(20)
         assert small.n_ctx == 2048
 
@@ -56,9 +59,24 @@ def test_an_answer_whose_prompt_outgrew_the_first_context_is_the_full_size_answe
         with open_runtime(LoadSettings(**{**settings.__dict__, "ctx_start": start})) as runtime:
             tokens = runtime.fitting(runtime.chat_tokens(messages))
             assert runtime.n_ctx == 2048 and len(tokens) > 600
-            runtime.make_room(len(tokens), GREEDY)
+            finished = list(runtime.stream(tokens, GREEDY))[-1]  # widened first
             assert runtime.target.n_ctx >= len(tokens) + GREEDY.max_tokens
-            finished = list(runtime.stream(tokens, GREEDY))[-1]
             assert isinstance(finished, Finished)
             answers.append(finished.tokens)
     assert answers[0] == answers[1]
+
+
+def test_a_conversation_that_outgrows_its_context_keeps_its_cache(
+        real_model_path: Callable[[str], Path]) -> None:
+    path = real_model_path("smollm2-135m")
+    with open_runtime(LoadSettings(model=str(path), spec="off", n_ctx=4096, n_gpu_layers=0,
+                                   quiet=True, threads=1, ctx_start=600)) as runtime:
+        messages = [{"role": "user", "content": "Say one word."}]
+        first = list(runtime.answer(messages, GREEDY))[-1]
+        assert isinstance(first, Finished) and runtime.target.n_ctx == 768
+        messages += [{"role": "assistant", "content": first.text},
+                     {"role": "user", "content": f"{shared_text()}\n\nWhat does this do?"}]
+        second = list(runtime.answer(messages, GREEDY))[-1]
+        assert isinstance(second, Finished) and runtime.target.n_ctx >= 1536
+        # The first turn was moved into the wider context, not read again.
+        assert second.stats.prompt_cached >= first.stats.prompt_tokens
