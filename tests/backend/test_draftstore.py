@@ -250,7 +250,7 @@ from specchat.backend.draftstore import DraftStore
 s = DraftStore(Path(sys.argv[1]), "v" * 16, 1 << 26)
 i = 0
 while True:
-    s.append([7, i % 1000, *range(2000)], i)
+    s.append([7, i // 1000, i % 1000, *range(2000)], i)  # i in two tokens: it can pass 1000
     i += 1
 """
 
@@ -265,8 +265,8 @@ def test_a_writer_killed_mid_write_costs_at_most_that_record(tmp_path: Path) -> 
     proc.wait()
     got = records(store(tmp_path))
     assert got, "nothing was written before the kill"
-    assert all(r[2:] == list(range(2000)) for r in got)  # every record whole
-    numbers = sorted(r[1] for r in got)
+    assert all(r[3:] == list(range(2000)) for r in got)  # every record whole
+    numbers = sorted(r[1] * 1000 + r[2] for r in got)
     assert numbers == list(range(len(numbers)))  # and none lost before the last one
     store(tmp_path).append([1, 2, 3], 1)  # the next writer carries on
 
