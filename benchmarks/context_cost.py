@@ -1,5 +1,6 @@
-"""What making a llama.cpp context of n positions costs, the model already loaded
-(docs/performance.md): the cache's memory is written when the context is made.
+"""What making a llama.cpp context of n positions costs after the model loads (docs/performance.md).
+
+The cache's memory is written when the context is made.
 
     python benchmarks/context_cost.py [-m qwen2.5-coder-1.5b] [--sizes 512,1024,2048,4096]
         [--rounds 3]
