@@ -91,9 +91,11 @@ class PromptCache:
         already holds. An entry that fails a check is removed, and the model then holds
         nothing (never part of a state).
         """
-        if not self.enabled or not tokens:
-            return 0
         have = common_prefix(model.tokens, tokens)
+        # The model's key fingerprints its file (~15-25 ms): not for a prompt no entry could
+        # add MIN_GAIN tokens to, nor for a cache with no entries.
+        if not self.enabled or len(tokens) - have < MIN_GAIN or not self._names():
+            return 0
         best, best_len = None, have + MIN_GAIN - 1
         for entry in self._entries(model.state_key):
             if len(entry.tokens) > model.n_ctx:
@@ -115,15 +117,16 @@ class PromptCache:
         _touch(best.path)
         return best_len
 
-    def _entries(self, key: str) -> list[Entry]:
-        prefix = _key_hash(key) + "-"
+    def _names(self) -> list[str]:
         try:
-            names = [n for n in os.listdir(self.directory)
-                     if n.startswith(prefix) and n.endswith(SUFFIX)]
+            return [n for n in os.listdir(self.directory) if n.endswith(SUFFIX)]
         except OSError:
             return []
+
+    def _entries(self, key: str) -> list[Entry]:
+        prefix = _key_hash(key) + "-"
         entries = []
-        for name in names:
+        for name in (n for n in self._names() if n.startswith(prefix)):
             entry = _read_header(self.directory / name, key)
             if entry is not None:
                 entries.append(entry)

@@ -57,6 +57,26 @@ def prompt(n: int, tail: Sequence[int] = ()) -> list[int]:
     return [i % 40 for i in range(n)] + list(tail)
 
 
+class KeyCounting(StatefulFake):
+    """Counts how often its state key (a real model's costs a file fingerprint) is read."""
+
+    keys_read = 0
+
+    @property
+    def state_key(self) -> str:
+        self.keys_read += 1
+        return self.key
+
+
+def test_no_fingerprint_for_a_short_prompt_or_an_empty_cache(tmp_path: Path) -> None:
+    cache = PromptCache(tmp_path / "none-yet", min_new_tokens=10)
+    model = KeyCounting()
+    assert cache.restore(model, prompt(600)) == 0 and model.keys_read == 0  # no entries
+    cache.save(prefilled(prompt(600)), evaluated=600)
+    assert cache.restore(model, prompt(pc.MIN_GAIN - 1)) == 0 and model.keys_read == 0
+    assert cache.restore(model, prompt(600, [41])) == 600 and model.keys_read == 1
+
+
 def test_second_call_loads_the_longest_shared_prefix(tmp_path: Path) -> None:
     cache = PromptCache(tmp_path, min_new_tokens=10)
     first = prompt(600, [41, 42, 43])
