@@ -48,11 +48,12 @@ def test_a_widened_context_keeps_its_cache_and_computes_what_a_full_size_one_doe
         assert small.n_ctx == 2048
 
 
+@pytest.mark.parametrize("exact", [False, True])  # exact: a long prefill fills a side context
 def test_an_answer_whose_prompt_outgrew_the_first_context_is_the_full_size_answer(
-        real_model_path: Callable[[str], Path]) -> None:
+        real_model_path: Callable[[str], Path], exact: bool) -> None:
     path = real_model_path("smollm2-135m")
     settings = LoadSettings(model=str(path), spec="off", n_ctx=2048, n_gpu_layers=0,
-                            quiet=True, threads=1)
+                            quiet=True, threads=1, exact=exact)
     messages = [{"role": "user", "content": f"{shared_text()}\n\nWhat does this do?"}]
     answers = []
     for start in (None, 600):
@@ -61,6 +62,7 @@ def test_an_answer_whose_prompt_outgrew_the_first_context_is_the_full_size_answe
             assert runtime.n_ctx == 2048 and len(tokens) > 600
             finished = list(runtime.stream(tokens, GREEDY))[-1]  # widened first
             assert runtime.target.n_ctx >= len(tokens) + GREEDY.max_tokens
+            assert runtime.target.exact == exact and (runtime.target.side_fills > 0) == exact
             assert isinstance(finished, Finished)
             answers.append(finished.tokens)
     assert answers[0] == answers[1]
