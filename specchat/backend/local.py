@@ -29,7 +29,7 @@ from specchat.backend.draftstore import (
     record_start,
     tag_of,
 )
-from specchat.backend.promptcache import PromptCache, StatefulModel
+from specchat.backend.promptcache import PromptCache, StatefulModel, keeps_states
 from specchat.backend.structured import Guides, uses_tools, with_format_note
 from specchat.backend.threads import ThreadGovernor
 from specchat.engine.auto import AutoState
@@ -204,7 +204,7 @@ class Runtime(Backend):
         found: list[StatefulModel] = []
         # A draft of another vocabulary holds other tokens than the prompt's: not cached.
         for model in (self.target, None if self.vocabs is not None else draft):
-            if isinstance(model, StatefulModel):
+            if keeps_states(model):
                 found.append(model)
         return found
 

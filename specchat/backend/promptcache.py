@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeGuard
 
 import numpy as np
 
@@ -40,7 +40,6 @@ MIN_GAIN = 32  # cached tokens a load must add over what the model already holds
 STALE_TMP_SECONDS = 3600  # a temporary file this old belongs to a process that died
 
 
-@runtime_checkable
 class StatefulModel(Protocol):
     """What the cache needs from a model (llm.LlamaModel; fakes in tests)."""
 
@@ -58,6 +57,14 @@ class StatefulModel(Protocol):
     def load_state(self, tokens: Sequence[int], blob: bytes) -> None: ...
 
     def truncate(self, n: int) -> None: ...
+
+
+def keeps_states(model: object) -> TypeGuard[StatefulModel]:
+    """Whether `model` is a StatefulModel, state_key looked for on its class: isinstance()
+    with the protocol reads every member on Python 3.11, and reading state_key fingerprints
+    the model file (~60 ms)."""
+    members = ("tokens", "n_ctx", "save_state", "load_state", "truncate")
+    return hasattr(type(model), "state_key") and all(hasattr(model, m) for m in members)
 
 
 @dataclass(frozen=True)

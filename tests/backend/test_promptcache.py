@@ -77,6 +77,24 @@ def test_no_fingerprint_for_a_short_prompt_or_an_empty_cache(tmp_path: Path) -> 
     assert cache.restore(model, prompt(600, [41])) == 600 and model.keys_read == 1
 
 
+def test_an_answer_takes_part_in_the_cache_without_reading_the_models_key(
+        tmp_path: Path) -> None:
+    from specchat.engine.options import GenerationOptions, SamplingOptions
+    from tests.support.fake_runtime import fake_runtime
+
+    model = KeyCounting()
+    runtime = fake_runtime(target=model)  # type: ignore[arg-type]
+    runtime.prompt_cache = PromptCache(tmp_path, min_new_tokens=10)
+    greedy = GenerationOptions(sampling=SamplingOptions(temperature=0.0), max_tokens=3,
+                               spec="off")
+    list(runtime.stream(prompt(20), greedy))  # a short prompt: nothing could be restored
+    assert model.keys_read == 0
+    runtime.prompt_cache.save(prefilled(prompt(600)), evaluated=600)
+    model.truncate(0)
+    list(runtime.stream(prompt(600, [41]), greedy))
+    assert model.loads == 1 and model.keys_read == 1
+
+
 def test_second_call_loads_the_longest_shared_prefix(tmp_path: Path) -> None:
     cache = PromptCache(tmp_path, min_new_tokens=10)
     first = prompt(600, [41, 42, 43])
