@@ -61,7 +61,12 @@ def positions_for(texts: Sequence[str], options: GenerationOptions) -> int:
     less than TEMPLATE_ROOM bytes (where one adds more, make_room widens the context after
     tokenizing). For LoadSettings.ctx_start: a context is as slow to make as it is long."""
     prompt = sum(len(t.encode("utf-8", errors="replace")) for t in texts) + TEMPLATE_ROOM
-    return prompt + options.max_tokens + options.draft_max + ROOM_MARGIN
+    return prompt + answer_room(options)
+
+
+def answer_room(options: GenerationOptions) -> int:
+    """Positions beyond the prompt that the longest answer `options` allow may fill."""
+    return options.max_tokens + options.draft_max + ROOM_MARGIN
 
 
 @dataclass
@@ -248,7 +253,7 @@ class Runtime(Backend):
         """Contexts opened small (LoadSettings.ctx_start) widened, as far as --ctx allows,
         to hold a prompt of `prompt` tokens and the longest answer `options` allow (what
         their caches hold moves across). stream() calls it before every answer."""
-        need = prompt + options.max_tokens + options.draft_max + ROOM_MARGIN
+        need = prompt + answer_room(options)
         for model in (self.target, self.draft):
             widen = getattr(model, "widen", None)  # a model that cannot widen is full-size
             if widen is not None:
