@@ -101,10 +101,11 @@ class PromptCache:
         have = common_prefix(model.tokens, tokens)
         # The model's key fingerprints its file (~60 ms after a load): not for a prompt no
         # entry could add MIN_GAIN tokens to, nor for a cache with no entries.
-        if not self.enabled or len(tokens) - have < MIN_GAIN or not self._names():
+        names = self._names() if self.enabled and len(tokens) - have >= MIN_GAIN else []
+        if not names:
             return 0
         best, best_len = None, have + MIN_GAIN - 1
-        for entry in self._entries(model.state_key):
+        for entry in self._entries(model.state_key, names):
             if len(entry.tokens) > model.n_ctx:
                 continue
             shared = common_prefix(entry.tokens, tokens)
@@ -130,10 +131,11 @@ class PromptCache:
         except OSError:
             return []
 
-    def _entries(self, key: str) -> list[Entry]:
+    def _entries(self, key: str, names: list[str]) -> list[Entry]:
+        """The entries among `names` (the directory's, _names) saved under `key`."""
         prefix = _key_hash(key) + "-"
         entries = []
-        for name in (n for n in self._names() if n.startswith(prefix)):
+        for name in (n for n in names if n.startswith(prefix)):
             entry = _read_header(self.directory / name, key)
             if entry is not None:
                 entries.append(entry)
