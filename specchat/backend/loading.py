@@ -178,6 +178,8 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
     from specchat.llm import runs_on_cpu
     from specchat.llm.model import load_model  # llama.cpp loads only when models do
 
+    headers = Headers()
+
     def load(path: Path, n_ctx: tuple[int, int | None], n_gpu_layers: int,
              flash_attn: bool | None = None, exact: bool = False) -> LlamaModel:
         if str(path) in loaded:
@@ -186,6 +188,7 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
                            n_gpu_layers=n_gpu_layers, n_threads=settings.threads,
                            verbose=settings.verbose, flash_attn=flash_attn, exact=exact)
         closers.append(model.close)
+        _known_eog(model, headers)
         return model
 
     target_path, draft_path = paths
@@ -203,7 +206,8 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
             draft = load(draft_path, (target.ctx_limit, target.n_ctx), layers[1],
                          choice(settings.flash_attn, None, on_cpu=runs_on_cpu(layers[1]),
                                 exact=False))
-            vocabs = text_vocabs(settings, target, draft)
+            vocabs = text_vocabs(settings, target, draft, headers)
+        headers.save()  # best effort: a memo not kept is only a slower next start
         return target, draft, ChatTemplate.from_model(target), vocabs
     except BaseException:
         for close in reversed(closers):
@@ -237,6 +241,18 @@ def text_vocabs(settings: LoadSettings, target: LlamaModel, draft: LlamaModel,
     if not settings.draft:
         check_compatible(target_info, draft_info)  # refused, naming every difference
     return TextVocabs(LlamaTextVocab(target), LlamaTextVocab(draft))
+
+
+def _known_eog(model: LlamaModel, headers: Headers) -> None:
+    """The model's end-of-generation ids from the headers memo, or found now (asking
+    llama.cpp about every id: ~45 ms for 150k) and left there for the next start."""
+    with contextlib.suppress(OSError):  # a file gone from under us: found the slow way
+        path = model.path.resolve()
+        known = headers.eog(path, model.n_vocab)
+        if known is not None:
+            model.know_eog_tokens(known)
+        else:
+            headers.remember_eog(path, model.eog_tokens)
 
 
 def _remembered_print(headers: Headers, path: Path) -> VocabPrint | None:

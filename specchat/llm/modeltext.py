@@ -41,6 +41,11 @@ class ModelText:
             self._eog = eog_tokens(self._vocab)
         return self._eog
 
+    def know_eog_tokens(self, eog: frozenset[int]) -> None:
+        """Take the end-of-generation ids found for this file before (models/headers.py),
+        instead of asking llama.cpp about every id again."""
+        self._eog = eog
+
     def token_bytes(self, token: int) -> bytes:
         """Raw bytes of a token's piece; special tokens render as their text."""
         piece = self._pieces.get(token)

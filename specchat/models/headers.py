@@ -1,8 +1,9 @@
-"""What the headers of model files say (architecture, quantization, vocabulary print), read
-once per file and kept: reading one costs ~0.3 s (its whole vocabulary), which fifty local
-models would make a 15-second start. An entry is keyed by the file's resolved path, size,
-mtime and inode, so a file replaced or rewritten is read again. The memo is specchat's own
-file (fileio.py writes it); a damaged one is only a slower start.
+"""What the headers of model files say (architecture, quantization, vocabulary print), read once
+per file and kept: reading one costs ~0.3 s (its whole vocabulary), which fifty local models
+would make a 15-second start. A loaded model's end-of-generation ids are kept in the same entry
+(finding them asks llama.cpp about every id: ~45 ms a start for 150k ids). An entry is keyed by
+the file's resolved path, size, mtime and inode, so a file replaced or rewritten is read again.
+The memo is specchat's own file (fileio.py writes it); a damaged one is only a slower start.
 """
 
 from __future__ import annotations
@@ -56,13 +57,35 @@ class Headers:
             raise ModelError(str(exc)) from None
         finally:
             self.read_seconds += time.monotonic() - started
-        self.entries[str(path)] = _to_entry(summary, stamp)
-        self.changed = True
+        self._keep(path, stamp, _to_entry(summary))
         return summary
 
     def remember(self, path: Path, summary: GgufSummary) -> None:
         """Keep a summary made from a model loaded anyway (llm.files.summary_of)."""
-        self.entries[str(path)] = _to_entry(summary, _stamp(path))
+        self._keep(path, _stamp(path), _to_entry(summary))
+
+    def eog(self, path: Path, n_vocab: int) -> frozenset[int] | None:
+        """The end-of-generation ids remembered for this file (None: not remembered, or not
+        ids of a vocabulary of n_vocab)."""
+        entry = self.entries.get(str(path))
+        if not isinstance(entry, dict) or entry.get("stamp") != _stamp(path):
+            return None
+        ids = entry.get("eog")
+        if not isinstance(ids, list) or not all(
+                type(i) is int and 0 <= i < n_vocab for i in ids):
+            return None
+        return frozenset(ids)
+
+    def remember_eog(self, path: Path, eog: frozenset[int]) -> None:
+        self._keep(path, _stamp(path), {"eog": sorted(eog)})
+
+    def _keep(self, path: Path, stamp: str, fields: dict[str, Any]) -> None:
+        """Add fields to the file's entry, starting afresh when the file changed (and
+        forgetting an error: what is kept now was read from the file)."""
+        entry = self.entries.get(str(path))
+        kept = {k: v for k, v in entry.items() if k != "error"} \
+            if isinstance(entry, dict) and entry.get("stamp") == stamp else {}
+        self.entries[str(path)] = {**kept, **fields, "stamp": stamp}
         self.changed = True
 
     def knows(self, path: Path) -> bool:
@@ -102,9 +125,9 @@ def _load(memo: Path) -> dict[str, Any]:
     return files if isinstance(files, dict) else {}
 
 
-def _to_entry(summary: GgufSummary, stamp: str) -> dict[str, Any]:
+def _to_entry(summary: GgufSummary) -> dict[str, Any]:
     v = summary.vocab
-    return {"stamp": stamp, "arch": summary.arch, "quant": summary.quant,
+    return {"arch": summary.arch, "quant": summary.quant,
             "n_tokens": v.n_tokens, "head": v.head, "tails": list(v.tails)}
 
 

@@ -139,3 +139,28 @@ def test_a_command_that_may_draft_with_the_model_always_loads_it(
         tmp_path: Path, settings: LoadSettings) -> None:
     cal, target, draft = calibrated(tmp_path, settings, 0.03, CPU, 0.54 * 0.03)
     assert draft_not_worth_loading(settings, cal, target, draft, 0) is None
+
+
+def test_remembered_end_of_generation_ids_hold_only_for_the_same_file(tmp_path: Path) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"one")
+    memo = Headers(tmp_path / "memo.json")
+    memo.remember_eog(model, frozenset({7, 3}))
+    memo.save()
+    assert Headers(tmp_path / "memo.json").eog(model, 10) == frozenset({3, 7})
+    assert Headers(tmp_path / "memo.json").eog(model, 5) is None  # 7 is not an id of 5
+    model.write_bytes(b"other")  # rewritten: its size and mtime differ
+    assert Headers(tmp_path / "memo.json").eog(model, 10) is None
+
+
+def test_a_summary_and_the_ids_of_one_file_share_its_entry(tmp_path: Path) -> None:
+    target = described(tmp_path, "t.gguf")
+    memo = Headers(tmp_path / "memo.json")
+    memo.remember_eog(target.path, frozenset({1}))
+    text_vocabs(LoadSettings(draft=None), target, described(tmp_path, "d.gguf"),  # type: ignore[arg-type]
+                memo)
+    again = Headers(tmp_path / "memo.json")
+    assert again.eog(target.path, 10) == frozenset({1})
+    assert again.summary(target.path, read=False) is not None
+    again.remember_eog(target.path, frozenset({2}))
+    assert again.summary(target.path, read=False) is not None
