@@ -97,6 +97,18 @@ def test_user_file_adds_and_overrides(home: Path) -> None:
     assert DEFAULT_TARGET in presets
 
 
+def test_an_edited_user_file_is_read_again_in_the_same_process(home: Path) -> None:
+    (home / "models.toml").write_text(MINIMAL)
+    first = load_presets()
+    first.pop("tiny")  # a caller's changes stay its own
+    assert "tiny" in load_presets()
+    (home / "models.toml").write_text(MINIMAL.replace('"tiny"', '"tiny2"', 1))
+    again = load_presets()
+    assert "tiny2" in again and "tiny" not in again
+    (home / "models.toml").unlink()
+    assert "tiny2" not in load_presets()
+
+
 def test_xdg_locations_without_specchat_home(monkeypatch: pytest.MonkeyPatch,
                                              tmp_path: Path) -> None:
     isolate(monkeypatch, tmp_path)
