@@ -254,10 +254,14 @@ class Runtime(Backend):
         to hold a prompt of `prompt` tokens and the longest answer `options` allow (what
         their caches hold moves across). stream() calls it before every answer."""
         need = prompt + answer_room(options)
+        # A draft of another vocabulary drafts the same text in its own tokens, which may be
+        # several times as many (CJK text in a 49k vocabulary against a 151k one: 2.5x); one
+        # that runs out of room stops drafting (engine/textdraft.py), so it gets all of --ctx.
         for model in (self.target, self.draft):
             widen = getattr(model, "widen", None)  # a model that cannot widen is full-size
             if widen is not None:
-                widen(need)
+                text_draft = model is self.draft and self.vocabs is not None
+                widen(model.ctx_limit if text_draft else need)  # type: ignore[union-attr]
 
     # --- Backend -------------------------------------------------------------------------
     @property

@@ -82,3 +82,19 @@ def test_a_conversation_that_outgrows_its_context_keeps_its_cache(
         assert isinstance(second, Finished) and runtime.target.n_ctx >= 1536
         # The first turn was moved into the wider context, not read again.
         assert second.stats.prompt_cached >= first.stats.prompt_tokens
+
+
+def test_a_draft_of_another_vocabulary_gets_the_whole_context_at_its_first_answer(
+        real_model_path: Callable[[str], Path]) -> None:
+    # Its tokens for the same text may be several times the target's: sized by the target's
+    # count it would run out of room and stop drafting part way through a long prompt.
+    target, draft = real_model_path("smollm2-135m"), real_model_path("gemma3-270m")
+    with open_runtime(LoadSettings(model=str(target), draft=str(draft), spec="draft",
+                                   n_ctx=2048, n_gpu_layers=0, quiet=True, threads=1,
+                                   ctx_start=600)) as runtime:
+        assert runtime.vocabs is not None and runtime.draft is not None
+        messages = [{"role": "user", "content": "Say one word."}]
+        finished = list(runtime.answer(messages, GREEDY))[-1]
+        assert isinstance(finished, Finished)
+        assert runtime.target.n_ctx == 768
+        assert runtime.draft.n_ctx == 2048
