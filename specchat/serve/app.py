@@ -10,7 +10,7 @@ import asyncio
 import hmac
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -83,26 +83,7 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
     app.add_middleware(Guard, policy=config.guard)  # inside the log: refusals are logged too
     app.add_middleware(AccessLog)
 
-    keys = config.keys
-
-    async def authorized(request: Request) -> None:
-        if not keys:
-            return
-        given = request.headers.get("authorization", "")
-        scheme, _, key = given.partition(" ")
-        if not given:
-            raise APIError(401, "missing API key: send 'Authorization: Bearer KEY' with the "
-                           "key this server was started with (--api-key)",
-                           code="invalid_api_key")
-        sent = key.strip().encode()
-        # Every key is compared, so the time taken does not say which one came close.
-        matches = [hmac.compare_digest(sent, k.encode()) for k in keys]
-        if scheme.lower() != "bearer" or not any(matches):
-            raise APIError(401, "wrong API key: send the key this server was started with "
-                           "(--api-key) as 'Authorization: Bearer KEY'", code="invalid_api_key")
-        request.state.client = client_name(keys[matches.index(True)])
-
-    guarded = [Depends(authorized)]
+    guarded = [Depends(_authorizer(config.keys))]
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -150,6 +131,30 @@ def create_app(worker: Worker, config: ServeConfig) -> FastAPI:
         return await _answer(worker, config, body, completion_text(body), request, chat=False)
 
     return app
+
+
+def _authorizer(keys: Sequence[str]) -> Callable[[Request], Awaitable[None]]:
+    """The dependency every route but /health has: with --api-key, a request must send one
+    of the keys, and the one it sent names its client (stores and statistics are per client)."""
+
+    async def authorized(request: Request) -> None:
+        if not keys:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, key = given.partition(" ")
+        if not given:
+            raise APIError(401, "missing API key: send 'Authorization: Bearer KEY' with the "
+                           "key this server was started with (--api-key)",
+                           code="invalid_api_key")
+        sent = key.strip().encode()
+        # Every key is compared, so the time taken does not say which one came close.
+        matches = [hmac.compare_digest(sent, k.encode()) for k in keys]
+        if scheme.lower() != "bearer" or not any(matches):
+            raise APIError(401, "wrong API key: send the key this server was started with "
+                           "(--api-key) as 'Authorization: Bearer KEY'", code="invalid_api_key")
+        request.state.client = client_name(keys[matches.index(True)])
+
+    return authorized
 
 
 def _check_model(config: ServeConfig, name: str | None) -> None:
