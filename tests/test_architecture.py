@@ -35,7 +35,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("specchat.cli",),
     ("specchat.__main__",),
 )
-LLAMA_MODULES = {"specchat.llm.lib", "specchat.llm.model", "specchat.llm.context",
+LLAMA_MODULES = {"specchat.llm.lib", "specchat.llm.model", "specchat.llm.modeltext",
+                 "specchat.llm.context",
                  "specchat.llm.files",
                  "specchat.llm.seqtree", "specchat.llm.sidefill"}
 
