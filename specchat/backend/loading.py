@@ -203,7 +203,7 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
             # A pinned flash attention applies to both models; under auto the draft takes
             # auto's default for where it runs, not the target's measurement (its numerics
             # never change the answer).
-            draft = load(draft_path, (target.ctx_limit, target.n_ctx), layers[1],
+            draft = load(draft_path, (target.n_ctx, target.allocated), layers[1],
                          choice(settings.flash_attn, None, on_cpu=runs_on_cpu(layers[1]),
                                 exact=False))
             vocabs = text_vocabs(settings, target, draft, headers)

@@ -49,24 +49,29 @@ from specchat.settings.load import LoadSettings
 if TYPE_CHECKING:
     from specchat.backend.tuning import Tuned
 
-# Positions make_room leaves beyond the prompt, the longest answer and one draft: a tree of
-# candidates holds a few more cells than its longest branch.
+# Positions make_room leaves beyond the prompt, the answer's first room and one draft: a tree
+# of candidates holds a few more cells than its longest branch.
 ROOM_MARGIN = 64
-TEMPLATE_ROOM = 1024  # bytes a chat template adds around the messages, in positions_for
+TEMPLATE_ROOM = 512  # bytes a chat template adds around the messages, in positions_for
+# Answer tokens a context is first made with room for: a longer answer widens it as it goes
+# (LlamaModel.eval, to at least twice its size), and most answers are shorter. Making the
+# room for --max-tokens (1,024) at once cost ~120 ms more on every short answer here.
+FIRST_ANSWER = 256
 
 
 def positions_for(texts: Sequence[str], options: GenerationOptions) -> int:
-    """Context positions a prompt of these texts and its longest answer need at most, known
-    before a model loads: a token stands for a byte of text or more, and a chat template adds
-    less than TEMPLATE_ROOM bytes (where one adds more, make_room widens the context after
-    tokenizing). For LoadSettings.ctx_start: a context is as slow to make as it is long."""
+    """Context positions a prompt of these texts and its answer's first room need at most,
+    known before a model loads: a token stands for a byte of text or more, and a chat
+    template adds less than TEMPLATE_ROOM bytes (where one adds more, make_room widens the
+    context after tokenizing). For LoadSettings.ctx_start: a context is as slow to make as
+    it is long."""
     prompt = sum(len(t.encode("utf-8", errors="replace")) for t in texts) + TEMPLATE_ROOM
     return prompt + answer_room(options)
 
 
 def answer_room(options: GenerationOptions) -> int:
-    """Positions beyond the prompt that the longest answer `options` allow may fill."""
-    return options.max_tokens + options.draft_max + ROOM_MARGIN
+    """Positions beyond the prompt a context is made or widened with before an answer."""
+    return min(options.max_tokens, FIRST_ANSWER) + options.draft_max + ROOM_MARGIN
 
 
 @dataclass
@@ -251,24 +256,20 @@ class Runtime(Backend):
 
     def make_room(self, prompt: int, options: GenerationOptions) -> None:
         """Contexts opened small (LoadSettings.ctx_start) widened, as far as --ctx allows,
-        to hold a prompt of `prompt` tokens and the longest answer `options` allow (what
-        their caches hold moves across). stream() calls it before every answer."""
+        to hold a prompt of `prompt` tokens and the answer's first room (what their caches
+        hold moves across), so that a prefill never widens part way. stream() calls it
+        before every answer; a longer answer widens them as it goes."""
         need = prompt + answer_room(options)
-        # A draft of another vocabulary drafts the same text in its own tokens, which may be
-        # several times as many (CJK text in a 49k vocabulary against a 151k one: 2.5x); one
-        # that runs out of room stops drafting (engine/textdraft.py), so it gets all of --ctx.
         for model in (self.target, self.draft):
             widen = getattr(model, "widen", None)  # a model that cannot widen is full-size
             if widen is not None:
-                text_draft = model is self.draft and self.vocabs is not None
-                widen(model.ctx_limit if text_draft else need)  # type: ignore[union-attr]
+                widen(need)
 
     # --- Backend -------------------------------------------------------------------------
     @property
     def n_ctx(self) -> int:
-        """The positions a prompt and its answer may fill (--ctx). The target's context may
-        hold fewer until make_room widens it."""
-        return int(getattr(self.target, "ctx_limit", self.target.n_ctx))
+        """The positions a prompt and its answer may fill (--ctx)."""
+        return self.target.n_ctx
 
     @property
     def token_bytes(self) -> Callable[[int], bytes]:

@@ -49,8 +49,9 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
                tree_sequences: int | None = None, exact: bool = False,
                ctx_start: int | None = None) -> LlamaModel:
     """Load a GGUF file with a fresh, empty KV cache of n_ctx positions, or of ctx_start
-    (start_size) that widen() grows up to n_ctx: a cache's memory is written once when it is
-    made, ~0.1 s per 1,000 positions on a 2-core CPU, which a short answer need not pay for.
+    (start_size) that grows up to n_ctx as eval() needs it (widen()): a cache's memory is
+    written once when it is made, ~0.1 s per 1,000 positions on a 2-core CPU, which a short
+    answer need not pay for.
 
     n_gpu_layers None offloads every layer when the build can, else none. n_ctx 0 means the
     model's trained context; more than that is a UsageError naming the limit. flash_attn None
@@ -148,6 +149,12 @@ class LlamaModel(TreeBatches, SideFills, ModelText):
 
     @property
     def n_ctx(self) -> int:
+        """The positions this model can hold: what eval() widens its context up to (--ctx)."""
+        return self._ctx_limit
+
+    @property
+    def allocated(self) -> int:
+        """The positions its context has memory for now (widen() grows it)."""
         return self._n_ctx
 
     @property
@@ -165,11 +172,10 @@ class LlamaModel(TreeBatches, SideFills, ModelText):
         self._check_open(settle=False)
         n = len(tokens)
         self._drop_tree()  # before the exact context may be parked
+        self._fit(len(self._tokens) + n)
         self._side_before_eval(n)
         rows = normalize_rows(logit_rows, n)
         start = len(self._tokens)
-        if start + n > self._n_ctx:
-            raise ContextFullError(start + n, self._n_ctx)
         out = np.empty((len(rows), self._n_vocab), dtype=np.float32)
         if n == 0:
             return out
@@ -232,10 +238,17 @@ class LlamaModel(TreeBatches, SideFills, ModelText):
         same weights and threads."""
         self._renew(self._n_ctx, enabled)
 
-    @property
-    def ctx_limit(self) -> int:
-        """The most positions widen() grows the context to (--ctx); n_ctx: what it holds."""
-        return self._ctx_limit
+    def _fit(self, needed: int) -> None:
+        """Room for `needed` positions, the context widened if it holds fewer; beyond
+        n_ctx, ContextFullError (the cache unchanged)."""
+        if needed > self._ctx_limit:
+            raise ContextFullError(needed, self._ctx_limit)
+        if needed > self._n_ctx:
+            held = len(self._tokens)
+            self.widen(needed)
+            if len(self._tokens) != held:  # what follows would be evaluated out of place
+                raise ModelError(f"the cache of {self.path.name} could not be moved to a "
+                                 "wider context; start the answer again")
 
     def widen(self, n: int) -> None:
         """A context of at least n positions where the limit allows, and at least twice
@@ -330,8 +343,7 @@ class LlamaModel(TreeBatches, SideFills, ModelText):
         On any failure the cache is left empty (never half loaded) and ModelError is raised.
         """
         self._check_open()
-        if len(tokens) > self._n_ctx:
-            raise ContextFullError(len(tokens), self._n_ctx)
+        self._fit(len(tokens))
         llama_cpp.llama_memory_clear(self._mem, True)
         self._tokens.clear()
         buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)

@@ -26,7 +26,7 @@ class ModelText:
     _model: Any
     _vocab: Any
     _n_vocab: int
-    _n_ctx: int
+    _ctx_limit: int
     _pieces: dict[int, bytes]
     _longest: int | None  # the most bytes one token stands for (fewest_tokens)
     _eog: frozenset[int] | None
@@ -73,7 +73,7 @@ class ModelText:
         stand for a whole word), and for texts under SCAN_FROM bytes per context position:
         tokenizing those costs less than the one scan of the vocabulary the bound needs."""
         size = len(text.encode("utf-8", errors="surrogatepass"))
-        if size < SCAN_FROM * self._n_ctx or \
+        if size < SCAN_FROM * self._ctx_limit or \
                 int(llama_cpp.llama_vocab_type(self._vocab)) == WPM:
             return 0
         if self._longest is None:  # once per model: 0.4-1 s for 150,000-260,000 tokens

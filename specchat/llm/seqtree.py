@@ -19,7 +19,6 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from specchat.engine.protocol import ContextFullError
 from specchat.errors import ModelError
 from specchat.llm.batch import tree_layout
 from specchat.llm.cbuf import log_reason
@@ -63,6 +62,9 @@ class TreeBatches:
     def _check_open(self) -> None:
         raise NotImplementedError
 
+    def _fit(self, needed: int) -> None:
+        raise NotImplementedError
+
     @property
     def max_branches(self) -> int:
         return self._sequences
@@ -73,8 +75,7 @@ class TreeBatches:
         self._check_open()
         self._drop_tree()
         n, start = len(tokens), len(self._tokens)
-        if start + n > self._n_ctx:
-            raise ContextFullError(start + n, self._n_ctx)
+        self._fit(start + n)
         if n > self._n_batch:
             raise ValueError(f"a tree of {n} rows does not fit one batch of {self._n_batch}")
         depth, seqs = tree_layout(parents)

@@ -154,3 +154,23 @@ def test_a_context_on_the_cpu_holds_one_sequence_unless_asked(
     with load_model(real_model_path("smollm2-135m"), n_ctx=256, n_gpu_layers=0,
                     tree_sequences=TREE_SEQUENCES) as m:
         assert m.max_branches == TREE_SEQUENCES
+
+
+def test_a_tree_past_the_allocated_context_widens_it_and_keeps_its_rows(
+        real_model_path: Callable[[str], Path]) -> None:
+    path = real_model_path("smollm2-135m")
+    with load_model(path, n_ctx=2048, n_threads=2, tree_sequences=TREE_SEQUENCES,
+                    ctx_start=100) as small, \
+            load_model(path, n_ctx=2048, n_threads=2, tree_sequences=TREE_SEQUENCES) as full:
+        prompt = small.tokenize("The quick brown fox jumps over the lazy dog. " * 60)[:509]
+        tree = [prompt[-1], *small.tokenize(" a b c d e")[:5]]
+        for m in (small, full):
+            m.eval(prompt[:-1], [-1])
+        assert small.allocated == 512  # 508 cached and 6 rows do not fit
+        rows = small.eval_tree(tree, TREE_PARENTS)
+        assert small.allocated == 1024
+        assert np.array_equal(rows, full.eval_tree(tree, TREE_PARENTS))
+        for m in (small, full):
+            m.keep_path([1, 3])
+        assert list(small.tokens) == list(full.tokens) and consistent(small)
+        assert np.array_equal(small.eval([tree[5]], [0]), full.eval([tree[5]], [0]))
