@@ -53,9 +53,9 @@ def test_one_answer_in_one_mode_lets_auto_leave_out_a_draft_that_cannot_pay(
         assert "draft_not_loaded" in json.loads(out)  # why not, when it was left out
 
 
-def test_a_one_shot_answer_opens_a_context_sized_to_its_prompt_and_longest_answer(
+def test_a_one_shot_answer_opens_a_context_sized_to_its_prompt_and_first_answer_room(
         fake_ask_runtime: dict, capsys: Any) -> None:
-    from specchat.backend.local import TEMPLATE_ROOM
+    from specchat.backend.local import FIRST_ANSWER, TEMPLATE_ROOM
 
     code, _, _ = run(["ask", "héllo", "-n", "100", "-s", "be brief"], capsys)
     settings = fake_ask_runtime["settings"]
@@ -63,6 +63,10 @@ def test_a_one_shot_answer_opens_a_context_sized_to_its_prompt_and_longest_answe
     assert code == 0 and 6 + 8 + TEMPLATE_ROOM + 100 < settings.ctx_start < 1400
     code, _, _ = run(["ask", "x" * 5000, "-n", "100"], capsys)
     assert fake_ask_runtime["settings"].ctx_start > 5000
+    # A long --max-tokens is not paid for up front: the context grows if the answer does.
+    code, _, _ = run(["ask", "hello", "-n", "3000"], capsys)
+    assert code == 0
+    assert TEMPLATE_ROOM + FIRST_ANSWER < fake_ask_runtime["settings"].ctx_start < 1400
 
 
 def test_speculative_modes_print_the_same_greedy_answer(fake_ask_runtime: dict,
