@@ -161,7 +161,6 @@ class LlamaModel(TreeBatches, SideFills, ModelText):
     def tokens(self) -> Sequence[int]:
         return tuple(self._tokens)
 
-
     def eval(self, tokens: Sequence[int], logit_rows: Sequence[int]) -> np.ndarray:
         """Append tokens to the cache; return float32 logits (len(logit_rows), n_vocab).
 

@@ -162,7 +162,8 @@ def test_a_tree_past_the_allocated_context_widens_it_and_keeps_its_rows(
     with load_model(path, n_ctx=2048, n_threads=2, tree_sequences=TREE_SEQUENCES,
                     ctx_start=100) as small, \
             load_model(path, n_ctx=2048, n_threads=2, tree_sequences=TREE_SEQUENCES) as full:
-        prompt = small.tokenize("The quick brown fox jumps over the lazy dog. " * 60)[:509]
+        prompt = small.tokenize("The quick brown fox jumps over the lazy dog. " * 60,
+                                parse_special=False)[:509]
         tree = [prompt[-1], *small.tokenize(" a b c d e")[:5]]
         for m in (small, full):
             m.eval(prompt[:-1], [-1])
