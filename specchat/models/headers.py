@@ -37,8 +37,8 @@ class Headers:
         """The file's summary; None when it is not remembered and `read` is False.
         ModelError when llama.cpp cannot read its header (remembered too)."""
         stamp = _stamp(path)
-        entry = self.entries.get(str(path))
-        if isinstance(entry, dict) and entry.get("stamp") == stamp:
+        entry = self._current(path, stamp)
+        if entry is not None:
             if "error" in entry:
                 raise ModelError(str(entry["error"]))
             found = _from_entry(entry)
@@ -67,10 +67,8 @@ class Headers:
     def eog(self, path: Path, n_vocab: int) -> frozenset[int] | None:
         """The end-of-generation ids remembered for this file (None: not remembered, or not
         ids of a vocabulary of n_vocab)."""
-        entry = self.entries.get(str(path))
-        if not isinstance(entry, dict) or entry.get("stamp") != _stamp(path):
-            return None
-        ids = entry.get("eog")
+        entry = self._current(path, _stamp(path))
+        ids = None if entry is None else entry.get("eog")
         if not isinstance(ids, list) or not all(
                 type(i) is int and 0 <= i < n_vocab for i in ids):
             return None
@@ -82,17 +80,20 @@ class Headers:
     def _keep(self, path: Path, stamp: str, fields: dict[str, Any]) -> None:
         """Add fields to the file's entry, starting afresh when the file changed (and
         forgetting an error: what is kept now was read from the file)."""
-        entry = self.entries.get(str(path))
-        kept = {k: v for k, v in entry.items() if k != "error"} \
-            if isinstance(entry, dict) and entry.get("stamp") == stamp else {}
+        entry = self._current(path, stamp) or {}
+        kept = {k: v for k, v in entry.items() if k != "error"}
         self.entries[str(path)] = {**kept, **fields, "stamp": stamp}
         self.changed = True
+
+    def _current(self, path: Path, stamp: str) -> dict[str, Any] | None:
+        """The file's entry, if it was made from the file as it is now (same stamp)."""
+        entry = self.entries.get(str(path))
+        return entry if isinstance(entry, dict) and entry.get("stamp") == stamp else None
 
     def knows(self, path: Path) -> bool:
         """Whether what the file's header says (or that it cannot be read) is remembered."""
         try:
-            entry = self.entries.get(str(path))
-            return isinstance(entry, dict) and entry.get("stamp") == _stamp(path)
+            return self._current(path, _stamp(path)) is not None
         except OSError:
             return True  # a file that is gone needs no reading
 
