@@ -186,7 +186,8 @@ def _load(settings: LoadSettings, paths: tuple[Path, Path | None], layers: tuple
             return loaded[str(path)]
         model = load_model(path, n_ctx=n_ctx[0], ctx_start=n_ctx[1],
                            n_gpu_layers=n_gpu_layers, n_threads=settings.threads,
-                           verbose=settings.verbose, flash_attn=flash_attn, exact=exact)
+                           verbose=settings.verbose, flash_attn=flash_attn, exact=exact,
+                           repack=settings.repack)
         closers.append(model.close)
         _known_eog(model, headers)
         return model

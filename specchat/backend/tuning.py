@@ -53,9 +53,12 @@ class Calibration:
     def __init__(self, settings: LoadSettings, gpu: str = "",
                  path: Path | None = None) -> None:
         self.cache = CalibrationCache(path or calibration_file())
+        # Weights not repacked run other kernels: named only then, so that tables measured
+        # before the setting existed keep their keys.
         self.knobs: dict[str, object] = {"n_gpu_layers": gpu or settings.n_gpu_layers,
                                          "threads": settings.threads,
-                                         "version": CALIBRATION_VERSION}
+                                         "version": CALIBRATION_VERSION,
+                                         **({} if settings.repack else {"repack": False})}
 
     def costs_knobs(self, flash_attn: bool | None, exact: bool = False) -> dict[str, object]:
         """What keys a cost table: the load settings, flash attention as measured, and an

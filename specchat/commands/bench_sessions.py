@@ -25,10 +25,11 @@ from specchat.commands import common as c
 from specchat.engine.options import Spec
 from specchat.errors import EXIT_INTERRUPTED, ModelError, UsageError
 from specchat.settings.file import Settings
-from specchat.settings.schema import BY_NAME
+from specchat.settings.schema import BY_NAME, MODEL, group
 
 VIAS = ("ask", "serve")
-PASSED_ON = ("model", "draft", "ctx", "threads", "n_gpu_layers", "flash_attn", "exact")
+# How the models load, for every child process alike (verbose would only fill the log).
+PASSED_ON = tuple(name for name in group(MODEL) if name != "verbose")
 
 
 def bench_sessions(file: Path | None, categories: str | None, limit: int | None,

@@ -94,7 +94,7 @@ def collect() -> tuple[list[tuple[str, str]], bool]:
     if built is not None:
         rows += _guard("gpu fit", _gpu_rows)
     rows += _guard("calibration", _calibration_rows)
-    rows += _guard("flash attention", _flash_rows)
+    rows += _guard("flash attention", _kernel_rows)
     rows += _guard("drafting store", _draft_store_rows)
     rows += _guard("local models", _local_rows)
     if built is None:
@@ -148,20 +148,29 @@ def _calibration_rows() -> list[tuple[str, str]]:
     return rows
 
 
-def _flash_rows() -> list[tuple[str, str]]:
-    """Flash attention as loads will choose it (the option and where it came from), and what
-    `bench --calibrate` measured here."""
+def _kernel_rows() -> list[tuple[str, str]]:
+    """Flash attention as loads will choose it (the option and where it came from), what
+    `bench --calibrate` measured here, and the options that pick other kernels."""
     from specchat.backend.calibration import CalibrationCache
     from specchat.backend.flashattn import describe
     from specchat.paths import calibration_file
     from specchat.settings.file import resolve
 
-    settings = resolve(["flash_attn", "exact"], {})
+    settings = resolve(["flash_attn", "exact", "repack"], {})
     measured = {k: v for k, v in CalibrationCache(calibration_file()).read().items()
                 if k.startswith("flash-attn-")}
     return [*describe(settings["flash_attn"], settings.sources["flash_attn"], measured),
             ("exact", _exact_meaning(settings["exact"], settings["flash_attn"]) +
-             f" ({settings.sources['exact']})")]
+             f" ({settings.sources['exact']})"),
+            ("repack", _repack_meaning(settings["repack"]) + f" ({settings.sources['repack']})")]
+
+
+def _repack_meaning(repack: bool) -> str:
+    if repack:
+        return "on: weights repacked at load for the CPU's fastest decoding kernels " \
+               "(--no-repack: a faster load and long prompt, slower tokens)"
+    return "off: weights as the file stores them; the load and a long prompt are faster, " \
+           "every token slower than with --repack"
 
 
 def _exact_meaning(exact: bool, flash_attn: str) -> str:

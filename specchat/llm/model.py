@@ -47,7 +47,7 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
                n_threads: int | None = None, n_batch: int = 512,
                flash_attn: bool | None = None, verbose: bool = False,
                tree_sequences: int | None = None, exact: bool = False,
-               ctx_start: int | None = None) -> LlamaModel:
+               ctx_start: int | None = None, repack: bool = True) -> LlamaModel:
     """Load a GGUF file with a fresh, empty KV cache of n_ctx positions, or of ctx_start
     (start_size) that grows up to n_ctx as eval() needs it (widen()): a cache's memory is
     written once when it is made, ~0.1 s per 1,000 positions on a 2-core CPU, which a short
@@ -59,6 +59,8 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
     may hold (None: TREE_SEQUENCES where layers run on a GPU, else 1, see seqtree.py).
     exact: verify rows computed bit for bit like single steps where that can hold (every
     layer on the CPU, flash attention not off: llm/exact.py); `exact_rows` then says so.
+    repack: weights copied at load into the layout the CPU's fastest decoding kernels read
+    (llama.cpp's extra buffer types); False keeps them as the file has them.
     Raises ModelError (one line) for a missing file, a non-GGUF file or a failed load.
     """
     path = Path(path)
@@ -67,6 +69,7 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
     if n_gpu_layers is None:
         n_gpu_layers = -1 if gpu_offload_supported() else 0
     params.n_gpu_layers = n_gpu_layers  # negative: all layers
+    params.use_extra_bufts = repack
     model = open_model(path, params, f"llama.cpp could not load {path}")
     try:
         n_ctx = _checked_ctx(n_ctx, int(llama_cpp.llama_model_n_ctx_train(model)), path)
@@ -87,6 +90,7 @@ def load_model(path: Path | str, *, n_ctx: int = 4096, n_gpu_layers: int | None 
                         ctx_limit=n_ctx)
     loaded.flash_attn = True if exact else flash_attn
     loaded.exact_wanted, loaded.exact = wanted, exact
+    loaded.repacked = repack
     return loaded
 
 
@@ -126,6 +130,7 @@ class LlamaModel(TreeBatches, SideFills, ModelText):
         self.flash_attn: bool | None = None  # None: llama.cpp's own choice ("auto")
         # Verify rows computed like single steps (llm/exact.py); wanted: loaded asking for it.
         self.exact = self.exact_wanted = False
+        self.repacked = True  # weights in the CPU kernels' own layout (load_model's repack)
         self._fingerprint: tuple[tuple[int, ...], str] | None = None  # (stat, content)
         self._tokens: list[int] = []
         self._pieces: dict[int, bytes] = {}
@@ -316,7 +321,8 @@ class LlamaModel(TreeBatches, SideFills, ModelText):
     def state_key(self) -> str:
         """What a saved state is only valid for: this model's content (not its name, size or
         mtime, which a replaced file can keep), under this llama.cpp build, placement and
-        attention kernel (a state holds raw KV tensors in their layout)."""
+        attention kernel (a state holds raw KV tensors in their layout), and the weights'
+        layout (other kernels, other floats in the cache)."""
         st = self.path.stat()
         seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         if self._fingerprint is None or self._fingerprint[0] != seen:
@@ -324,7 +330,7 @@ class LlamaModel(TreeBatches, SideFills, ModelText):
         return (f"gguf {self._fingerprint[1]}|"
                 f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')}|"
                 f"gpu layers {self._gpu_layers}|flash attention {self.flash_attn}|"
-                f"kv types {kv_types(self.exact)}")
+                f"kv types {kv_types(self.exact)}" + ("" if self.repacked else "|not repacked"))
 
     def save_state(self) -> bytes:
         """The KV cache of `tokens` as one opaque blob (load_state puts it back)."""

@@ -32,6 +32,8 @@ class LoadSettings:
     # otherwise; "on"/"off" pin it (backend/flashattn.py decides what auto means).
     flash_attn: str = field(default=BY_NAME["flash_attn"].default)
     exact: bool = field(default=BY_NAME["exact"].default)  # llm/exact.py
+    # Weights repacked at load for the CPU's fastest decoding kernels (llama.cpp's default).
+    repack: bool = field(default=BY_NAME["repack"].default)
     quiet: bool = False  # no notes on stderr (one-shot answers to a pipe, JSON output)
     # The drafting store (backend/draftstore.py): read and written, its size, and whether
     # this session may write anything of what is asked or answered.
@@ -57,7 +59,7 @@ class LoadSettings:
         return cls(model=get("model"), draft=get("draft"), spec=Spec(get("spec")),
                    n_ctx=get("ctx"), n_gpu_layers=get("n_gpu_layers"), threads=get("threads"),
                    verbose=bool(get("verbose")), flash_attn=get("flash_attn"),
-                   exact=bool(get("exact")), quiet=quiet,
+                   exact=bool(get("exact")), repack=bool(get("repack")), quiet=quiet,
                    draft_history=bool(get("draft_history")), draft_store=get("draft_store"),
                    private=bool(get("private")))
 

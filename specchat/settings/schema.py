@@ -289,6 +289,11 @@ OPTIONS: tuple[Option, ...] = (
            "difference `specchat bench --calibrate` confirmed on a quiet machine wins), on, "
            "off. Greedy answers can differ between the two at near-ties.", MODEL,
            choices=FLASH_ATTN_CHOICES),
+    Option("repack", bool, True, "Repack the weights at load into the layout llama.cpp's CPU "
+           "kernels decode fastest (its default). --no-repack: the load takes about a second "
+           "less and a long prompt is read faster, but every token is written slower "
+           "(docs/performance.md): worth it for a long input with a short answer. Greedy "
+           "answers can differ between the two at near-ties.", MODEL),
     Option("exact", bool, False, "Greedy answers equal --spec off's token for token where the "
            "target runs on the CPU: flash attention on, V cache in bf16, and at temperature 0 "
            "at most 2 drafted tokens verified at a time (docs/exactness.md). Off (the "

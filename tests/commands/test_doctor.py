@@ -71,6 +71,21 @@ def test_doctor_says_whether_exact_is_in_force_and_where_that_came_from(
     assert line.startswith("on for targets on the CPU") and line.endswith("(file)")
 
 
+def test_doctor_says_whether_weights_are_repacked_and_where_that_came_from(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    monkeypatch.delenv("SPECCHAT_REPACK", raising=False)
+    main(["doctor", "--json"])
+    line = json.loads(capsys.readouterr().out)["repack"]
+    assert line.startswith("on: ") and line.endswith("(default)")
+    (tmp_path / "config.toml").write_text("repack = false\n")
+    main(["doctor", "--json"])
+    line = json.loads(capsys.readouterr().out)["repack"]
+    assert line.startswith("off: ") and line.endswith("(file)")
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_install_script_dry_run() -> None:
     def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -51,7 +51,7 @@ def test_exact_is_opt_in_and_reaches_the_load_settings() -> None:
 
 def test_a_benchmark_passes_exact_and_flash_attention_to_every_process() -> None:
     base = {"model": "m", "draft": None, "ctx": 4096, "threads": None, "n_gpu_layers": None,
-            "flash_attn": "off"}
+            "flash_attn": "off", "repack": True}
     off = flags_passed_on(Settings({**base, "exact": False}, {}))
     on = flags_passed_on(Settings({**base, "exact": True}, {}))
     assert "--no-exact" in off and "--exact" in on and "--no-exact" not in on
