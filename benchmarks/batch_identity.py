@@ -6,7 +6,8 @@
 For each context depth, 9 random tokens after a random prompt: their logits one token at a
 time, then as batches of 2..9 from the same cache; prints '=' where every row of the batch is
 bit-identical to the single-token rows, else the largest difference in logits. Nothing is
-timed; flash attention is llama.cpp's default unless --flash-attn says otherwise.
+timed; flash attention is llama.cpp's default unless --flash-attn says otherwise, and the
+weights are repacked unless --no-repack.
 """
 
 from __future__ import annotations
@@ -40,10 +41,12 @@ def main() -> int:
     ap.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto")
     ap.add_argument("--exact", action="store_true")
     ap.add_argument("--threads-too", action="store_true")
+    ap.add_argument("--no-repack", dest="repack", action="store_false",
+                    help="weights as the file stores them (specchat's --no-repack)")
     args = ap.parse_args()
     fa = {"auto": None, "on": True, "off": False}[args.flash_attn]
     model = load_model(args.model, n_ctx=4096, n_threads=args.threads, flash_attn=fa,
-                       n_gpu_layers=0, exact=args.exact)
+                       n_gpu_layers=0, exact=args.exact, repack=args.repack)
     label = f"{args.model.name} threads={args.threads} flash-attn={model.flash_attn} " \
             f"exact={model.exact}"
     for depth in (int(d) for d in args.depths.split(",")):
@@ -51,7 +54,7 @@ def main() -> int:
               flush=True)
     if args.threads_too:
         one = load_model(args.model, n_ctx=4096, n_threads=1, flash_attn=fa, n_gpu_layers=0,
-                         exact=args.exact)
+                         exact=args.exact, repack=args.repack)
         for depth in (int(d) for d in args.depths.split(",")):
             a, b = (singles(m, depth, np.random.default_rng(depth), 4)[1] for m in (model, one))
             print(f"{label} depth {depth}: single steps at {args.threads} and 1 threads: "

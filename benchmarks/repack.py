@@ -1,4 +1,6 @@
-"""Weights repacked at load (the default) or not (--no-repack): a one-shot ask, end to end.
+"""Weights repacked at load or not: a one-shot ask, end to end (docs/performance.md).
+
+Repacked is llama.cpp's default and specchat's; --no-repack keeps the file's layout.
 
     python benchmarks/repack.py --rounds 5 [--input FILE] [-n 64] [--short-n 0]
 
