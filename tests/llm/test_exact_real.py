@@ -12,7 +12,13 @@ import pytest
 
 from specchat.engine.options import GenerationOptions
 from specchat.engine.protocol import common_prefix
-from tests.support.realengine import PROMPTS, answer, prompt_of, single_and_batch
+from tests.support.realengine import (
+    PROMPTS,
+    answer,
+    prompt_of,
+    random_context,
+    single_and_batch,
+)
 
 backend = pytest.importorskip("specchat.llm.model")
 files = pytest.importorskip("specchat.llm.files")
@@ -20,7 +26,6 @@ LlamaModel = backend.LlamaModel
 
 pytestmark = pytest.mark.real
 
-DEPTH = 700  # past the 512 cells where a single row's attention splits between threads
 THREADS = 2  # the split needs two threads; forced, so a one-core machine checks it too
 
 
@@ -34,11 +39,6 @@ def exact(smol_path: Path) -> Iterator[LlamaModel]:
     with backend.load_model(smol_path, n_ctx=2048, n_threads=THREADS, n_gpu_layers=0,
                             exact=True) as model:
         yield model
-
-
-def random_context(seed: int) -> tuple[list[int], list[int]]:
-    rng = np.random.default_rng(seed)
-    return rng.integers(100, 20000, DEPTH).tolist(), rng.integers(100, 20000, 3).tolist()
 
 
 def test_an_exact_targets_verify_rows_are_single_steps_bit_for_bit(exact: LlamaModel) -> None:

@@ -16,14 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.llm.test_exact_real import THREADS, random_context
-from tests.support.realengine import single_and_batch
+from tests.support.realengine import random_context, single_and_batch
 
 backend = pytest.importorskip("specchat.llm.model")
 
 pytestmark = pytest.mark.real
 
 ROOT = Path(__file__).resolve().parents[2]
+THREADS = 2  # flash attention's split path needs two threads (tests/llm/test_exact_real.py)
 
 
 def _load_log(path: Path, repack: bool) -> tuple[str, np.ndarray, str]:

@@ -18,6 +18,8 @@ from specchat.llm import ChatTemplate, chat_tokens
 if TYPE_CHECKING:
     from specchat.llm.model import LlamaModel
 
+# Past the 512 cells where flash attention splits a single row between threads (llm/exact.py).
+SPLIT_DEPTH = 700
 PROMPTS = [
     "Write a haiku about the sea.", "What is 17 times 23?", "Name three primary colours.",
     "Explain recursion in one sentence.", "Translate 'good morning' into Spanish.",
@@ -90,6 +92,12 @@ def batch_noise(model: LlamaModel, context: list[int], width: int = 5) -> float:
     (the two ways plain and speculative decoding compute them): the float noise scale."""
     single, batch = single_and_batch(model, context[:-width], context[-width:])
     return float(np.max(np.abs(single - batch)))
+
+
+def random_context(seed: int, depth: int = SPLIT_DEPTH) -> tuple[list[int], list[int]]:
+    """A random prompt of `depth` tokens and three random tokens to follow it."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(100, 20000, depth).tolist(), rng.integers(100, 20000, 3).tolist()
 
 
 def single_and_batch(model: LlamaModel, prompt: list[int], tokens: list[int]
