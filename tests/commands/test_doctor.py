@@ -57,33 +57,24 @@ def test_doctor_json_and_bad_models_toml(capsys: pytest.CaptureFixture[str],
     assert report["llama-cpp-python"]
 
 
-def test_doctor_says_whether_exact_is_in_force_and_where_that_came_from(
+@pytest.mark.parametrize(("name", "default", "file_line", "from_file"), [
+    ("exact", "off: ", "exact = true", "on for targets on the CPU"),
+    ("repack", "on: ", "repack = false", "off: "),
+])
+def test_doctor_says_what_a_kernel_option_does_and_where_that_came_from(
+        name: str, default: str, file_line: str, from_file: str,
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    monkeypatch.delenv(f"SPECCHAT_{name.upper()}", raising=False)
     main(["doctor", "--json"])
-    line = json.loads(capsys.readouterr().out)["exact"]
-    assert line.startswith("off: ") and line.endswith("(default)")
-    (tmp_path / "config.toml").write_text("exact = true\n")
+    line = json.loads(capsys.readouterr().out)[name]
+    assert line.startswith(default) and line.endswith("(default)")
+    (tmp_path / "config.toml").write_text(file_line + "\n")
     main(["doctor", "--json"])
-    line = json.loads(capsys.readouterr().out)["exact"]
-    assert line.startswith("on for targets on the CPU") and line.endswith("(file)")
-
-
-def test_doctor_says_whether_weights_are_repacked_and_where_that_came_from(
-        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-        tmp_path: Path) -> None:
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
-    monkeypatch.delenv("SPECCHAT_REPACK", raising=False)
-    main(["doctor", "--json"])
-    line = json.loads(capsys.readouterr().out)["repack"]
-    assert line.startswith("on: ") and line.endswith("(default)")
-    (tmp_path / "config.toml").write_text("repack = false\n")
-    main(["doctor", "--json"])
-    line = json.loads(capsys.readouterr().out)["repack"]
-    assert line.startswith("off: ") and line.endswith("(file)")
+    line = json.loads(capsys.readouterr().out)[name]
+    assert line.startswith(from_file) and line.endswith("(file)")
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
