@@ -36,13 +36,20 @@ def _load_log(path: Path, repack: bool) -> tuple[str, np.ndarray, str]:
         return log.getvalue(), logits, model.state_key
 
 
-def test_no_repack_keeps_the_files_weights_and_runs_other_kernels(
-        real_model_path: Callable[[str], Path]) -> None:
-    path = real_model_path("gemma3-270m")  # Q4_K weights: llama.cpp repacks them for the CPU
-    repacked_log, repacked, repacked_key = _load_log(path, True)
-    if "CPU_REPACK" not in repacked_log:
+@pytest.fixture(scope="module")
+def gemma(real_model_path: Callable[[str], Path]) -> Path:
+    """Gemma 270M (Q4_K weights, which llama.cpp repacks for the CPU), once it is known that
+    this CPU has repacked kernels at all."""
+    path = real_model_path("gemma3-270m")
+    if "CPU_REPACK" not in _load_log(path, True)[0]:
         pytest.skip("llama.cpp has no repacked kernels for this CPU: nothing to turn off")
-    plain_log, plain, plain_key = _load_log(path, False)
+    return path
+
+
+def test_no_repack_keeps_the_files_weights_and_runs_other_kernels(gemma: Path) -> None:
+    repacked_log, repacked, repacked_key = _load_log(gemma, True)
+    assert "CPU_REPACK" in repacked_log
+    plain_log, plain, plain_key = _load_log(gemma, False)
     assert "CPU_REPACK" not in plain_log
     # The same model either way, but other kernels: other floats, so a state saved under
     # one (its KV cache) is not restored under the other.
@@ -65,14 +72,11 @@ def test_an_exact_target_without_repacking_verifies_rows_as_single_steps(
 
 @pytest.mark.parametrize(("flag", "repacked"), [("--repack", True), ("--no-repack", False)])
 def test_the_cli_flag_reaches_the_load(flag: str, repacked: bool, tmp_path: Path,
-                                       real_model_path: Callable[[str], Path]) -> None:
+                                       gemma: Path) -> None:
     """`specchat ask --no-repack` in a real process: llama.cpp's own log of the load shows no
     repacked buffer (and with --repack, one)."""
-    path = real_model_path("gemma3-270m")
-    if "CPU_REPACK" not in _load_log(path, True)[0]:
-        pytest.skip("llama.cpp has no repacked kernels for this CPU: nothing to turn off")
     done = subprocess.run(
-        [sys.executable, "-m", "specchat", "ask", "-m", str(path), "--spec", "off", "-v",
+        [sys.executable, "-m", "specchat", "ask", "-m", str(gemma), "--spec", "off", "-v",
          flag, "-n", "2", "Hi"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
         env={**os.environ, "SPECCHAT_HOME": str(tmp_path / "home"),
              "XDG_STATE_HOME": str(tmp_path / "state"), "PYTHONPATH": str(ROOT)})
