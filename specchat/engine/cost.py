@@ -25,15 +25,28 @@ import numpy as np
 # allows 64): a larger batch is priced on the table's last slope, and every position past
 # the 17th shares the 17th's counts.
 MAX_N = 17
-# Every observation says what one plain step costs now (its seconds over its batch's ratio);
-# the median of the last DRIFT_WINDOW of them is the current scale. When that median has
-# moved more than DRIFT_LIMIT (either way) from the scale last kept, the table counts as
-# rescaled: the cache is stale and is written back.
+# The scale (what one plain step costs now) is the median of the last PLAIN_WINDOW plain steps,
+# as long as MIN_SCALE_SAMPLES of them are among the last PLAIN_AGE observations. In a long run
+# of drafting there are not: then every observation says it, as its seconds over its batch's
+# ratio. A batch teaches the shape only against plain steps of the same moment (one within
+# NEAR observations before it), or a change of load would be learnt as a change of shape.
+# When the scale has moved more than DRIFT_LIMIT (either way) from the one last kept, the
+# table counts as rescaled: the cache is stale and is written back.
 DRIFT_LIMIT = 1.2
 DRIFT_WINDOW = 16
+PLAIN_WINDOW = 8
+PLAIN_AGE = 32
+NEAR = 4
 MIN_SCALE_SAMPLES = 3
 MARGIN = 0.02  # a draft must be expected to beat a plain step by this much to be chosen
-SHAPE_WEIGHT = 0.05  # EMA weight of one observation on its batch's ratio: shapes drift slowly
+SHAPE_WEIGHT = 0.05  # EMA weight of one observation on its own batch size's ratio
+# EMA weight of one batch on every batch size's ratio at once, as a factor, and the most
+# surprise one batch counts for there. On a shared host the plain step (bound by memory) and
+# batches (bound by arithmetic) drift apart by 10-20% from one minute or process to the next
+# (docs/performance.md), for every size alike; a one-shot answer sees a few dozen batches,
+# too few to relearn each size on its own.
+COMMON_WEIGHT = 0.1
+COMMON_CLIP = 1.25
 SHAPE_CLIP = 1.5  # one observation counts as at most this factor off the current ratio
 
 
@@ -41,17 +54,22 @@ SHAPE_CLIP = 1.5  # one observation counts as at most this factor off the curren
 class CostTable:
     """Seconds one target eval of n tokens takes, n = 1..MAX_N, as scale x shape.
 
-    The scale (one plain step now) follows the machine's load within a few steps; the shape
-    (batch of n over a plain step) is learnt slowly. Kept apart because plain steps are seen
-    far more often than any batch: independent averages let the plain step run ahead of
-    batches last seen on a quieter machine, so batches look cheap and `auto` drafts where it
-    loses.
+    The scale (one plain step now) follows the machine's load within a few plain steps; the
+    shape (batch of n over a plain step) is learnt from batches against plain steps of the
+    same moment. Kept apart because plain steps are seen far more often than any batch:
+    independent averages let the plain step run ahead of batches last seen on a quieter
+    machine, so batches look cheap and `auto` drafts where it loses. And the scale is not
+    taken from batches while plain steps say it: a batch measured against a scale it set
+    itself confirms whatever shape the table had (docs/drafting.md, section 2).
     """
 
     seconds_at_start: list[float]
     scale: float = field(init=False)
     shape: list[float] = field(init=False)
     samples: list[float] = field(default_factory=list, repr=False)  # recent step equivalents
+    # Recent plain steps: (observation number, seconds).
+    plain: list[tuple[int, float]] = field(default_factory=list, repr=False)
+    seen: int = field(default=0, repr=False)  # observations so far
     reference: float = field(init=False, repr=False)  # the scale the last drift check kept
     since_check: int = field(default=0, repr=False)
     rescaled: int = 0  # how often the scale drifted past DRIFT_LIMIT (the cache is then stale)
@@ -100,16 +118,20 @@ class CostTable:
             return
         if n > len(self.shape):
             self.shape.extend(self.ratio(i) for i in range(len(self.shape) + 1, n + 1))
+        self.seen += 1
         self.samples.append(seconds / self.ratio(n))
         del self.samples[:-DRIFT_WINDOW]
+        if n == 1:
+            self.plain.append((self.seen, seconds))
+            del self.plain[:-PLAIN_WINDOW]
+        fresh = [s for i, s in self.plain if self.seen - i < PLAIN_AGE]
         # Until a few samples are in, the scale is the calibration's: no basis for a shape.
-        if len(self.samples) >= MIN_SCALE_SAMPLES:
+        if len(fresh) >= MIN_SCALE_SAMPLES:
+            self.scale = statistics.median(fresh)
+            if n > 1 and self.seen - self.plain[-1][0] <= NEAR:
+                self._learn_shape(n, seconds / self.scale)
+        elif len(self.samples) >= MIN_SCALE_SAMPLES:
             self.scale = statistics.median(self.samples)
-            if n > 1:  # a plain step's ratio is 1 by definition
-                # Clipped: one step the scheduler interrupted must not reshape the table.
-                old = self.shape[n - 1]
-                seen = min(max(seconds / self.scale, old / SHAPE_CLIP), old * SHAPE_CLIP)
-                self.shape[n - 1] = max(old + SHAPE_WEIGHT * (seen - old), 1.0)
         self.since_check += 1
         if self.since_check >= DRIFT_WINDOW:
             self.since_check = 0
@@ -117,6 +139,18 @@ class CostTable:
             if drift > DRIFT_LIMIT or drift * DRIFT_LIMIT < 1.0:
                 self.rescaled += 1
                 self.reference = self.scale
+
+    def _learn_shape(self, n: int, ratio: float) -> None:
+        """A batch of n cost `ratio` plain steps: every batch size's ratio moves by a share
+        of the surprise, this size's by a share of the difference as well. Both clipped: one
+        step the scheduler interrupted must not reshape the table."""
+        old = self.shape[n - 1]
+        surprise = min(max(ratio / old, 1 / COMMON_CLIP), COMMON_CLIP)
+        factor = 1.0 + COMMON_WEIGHT * (surprise - 1.0)
+        self.shape[1:] = [max(r * factor, 1.0) for r in self.shape[1:]]
+        seen = min(max(ratio, old / SHAPE_CLIP), old * SHAPE_CLIP)
+        mine = self.shape[n - 1]
+        self.shape[n - 1] = max(mine + SHAPE_WEIGHT * (seen - mine), 1.0)
 
 
 def _shape_of(seconds: Sequence[float]) -> list[float]:

@@ -1,15 +1,21 @@
-"""Measured costs that drift more than 20% from the calibration replace it (no clocks here:
-the observations are given as numbers)."""
+"""What a cost table learns from the steps it is shown: the plain step's cost from plain steps,
+batches' costs relative to it, and when a drifted table replaces the calibration (no clocks
+here: the observations are given as numbers)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specchat.backend.calibration import CalibrationCache, machine_key, save_if_drifted
-from specchat.engine.cost import DRIFT_WINDOW, CostTable
+from specchat.engine.cost import DRIFT_WINDOW, PLAIN_AGE, CostTable
+
+# A calibrated CPU shape (batch of n over a plain step, n = 1..17).
+CALIBRATED = [1.0, 1.66, 2.16, 2.63, 3.27, 3.84, 4.42, 6.07, 6.45, 6.89, 7.31, 7.45, 7.88,
+              8.26, 8.76, 7.01, 8.51]
 
 
 def test_small_drift_is_left_to_the_slow_average() -> None:
@@ -101,3 +107,38 @@ def test_malformed_acceptance_is_ignored(data: object) -> None:
 
     state = AutoState()
     assert state.import_acceptance(data) == 0 and not state.models
+
+
+def test_batches_dearer_than_calibrated_are_learnt_while_most_steps_draft() -> None:
+    # A code edit: seven steps in ten verify a draft. This minute the plain step costs 30 ms
+    # where calibration saw 34, and every batch 1.2x the calibrated ratio; steps are noisy.
+    # Measured against a scale taken from batches and plain steps alike, a batch was only
+    # ever compared with itself: the plain step stayed at 36 ms and batches stayed cheap.
+    table = CostTable.from_ratios(0.034, CALIBRATED)
+    rng = np.random.default_rng(7)
+    sizes = [1, 3, 4, 1, 16, 3, 1, 4, 3, 16]
+    for i in range(60):
+        n = sizes[i % len(sizes)]
+        truth = 0.030 * (1.0 if n == 1 else 1.2 * CALIBRATED[n - 1])
+        table.observe(n, truth * float(rng.uniform(0.95, 1.05)))
+    assert table.cost(1) == pytest.approx(0.030, rel=0.03)
+    for n in (3, 4, 16):
+        assert table.ratio(n) == pytest.approx(1.2 * CALIBRATED[n - 1], rel=0.06)
+    for n in (2, 8):  # never seen: they move with the sizes that were
+        assert table.ratio(n) == pytest.approx(1.2 * CALIBRATED[n - 1], rel=0.08)
+
+
+def test_a_load_that_arrives_during_a_run_of_drafting_reshapes_little_and_passes() -> None:
+    table = CostTable.from_ratios(0.03, CALIBRATED)
+    for _ in range(DRIFT_WINDOW):
+        table.observe(1, 0.03)
+    for _ in range(PLAIN_AGE + DRIFT_WINDOW):  # only batches of 4, the machine twice as busy
+        table.observe(4, 0.06 * CALIBRATED[3])
+    # No plain step to tell load from shape: the scale follows every step, the shape learnt
+    # only from the few batches next to the last plain steps.
+    assert 0.048 < table.cost(1) < 0.066
+    assert table.ratio(4) < 1.25 * CALIBRATED[3]
+    for i in range(80):  # plain steps again, at the busier cost: the shape comes back
+        table.observe(1 if i % 2 else 4, 0.06 * (1.0 if i % 2 else CALIBRATED[3]))
+    assert table.cost(1) == pytest.approx(0.06)
+    assert table.ratio(4) == pytest.approx(CALIBRATED[3], rel=0.05)
