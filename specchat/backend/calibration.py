@@ -20,7 +20,9 @@ the steps it really runs.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 import json
 import os
 import platform
@@ -222,12 +224,36 @@ def table_from(measured: dict[int, float], max_n: int = MAX_N) -> CostTable:
     return CostTable(seconds)
 
 
+# /proc/cpuinfo lines that say which CPU this is and which instructions it offers (llama.cpp
+# chooses its kernels by them); "cpu MHz" and the like change by the second and are left out.
+CPU_FIELDS = frozenset({"vendor_id", "cpu family", "model", "model name", "stepping", "flags",
+                        "CPU implementer", "CPU architecture", "CPU variant", "CPU part",
+                        "Features"})
+
+
+def cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The first processor's identity in `cpuinfo`, else platform.processor(). That is empty
+    on Linux, where a virtual machine can move to another CPU under the same host name."""
+    try:
+        with cpuinfo.open(encoding="utf-8", errors="replace") as f:
+            lines = list(itertools.takewhile(str.strip, itertools.islice(f, 200)))
+    except OSError:
+        return platform.processor()
+    fields = [line.strip() for line in lines if line.split(":", 1)[0].strip() in CPU_FIELDS]
+    return "\n".join(fields) or platform.processor()
+
+
+@functools.cache
+def _this_cpu() -> str:
+    return cpu_identity()
+
+
 def machine_key(model_path: Path, settings: dict[str, object]) -> str:
-    """Same file, same settings, same machine: the same costs."""
+    """Same file, same settings, same machine (host, CPU, cores): the same costs."""
     st = model_path.stat() if model_path.exists() else None
     parts = [str(model_path.resolve()), str(st.st_size if st else 0),
              str(int(st.st_mtime) if st else 0), platform.node(), platform.machine(),
-             platform.processor(), str(os.cpu_count()), json.dumps(settings, sort_keys=True)]
+             _this_cpu(), str(os.cpu_count()), json.dumps(settings, sort_keys=True)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
 
 
