@@ -82,7 +82,7 @@ class Clients:
     """Each client's own store and `auto` state, opened on its first answer."""
 
     own_store: Callable[[str], DraftStore | None]  # a client's store by name (None: none)
-    fresh_auto: Callable[[], AutoState]  # the machine's costs, nothing learnt from words
+    fresh_auto: Callable[[], AutoState]  # the machine's prices, nothing learnt from others
     chats: DraftStore | None = None  # the owner's store, read only (--draft-from-chats)
     last: str | None = None  # the client whose prompt the KV cache holds
     _states: dict[str, tuple[DraftStore | None, AutoState]] = field(default_factory=dict)

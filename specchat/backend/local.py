@@ -158,7 +158,11 @@ class Runtime(Backend):
                               enabled=True, size=size, private=False, root=root / name)
 
         def fresh_auto() -> AutoState:
-            return AutoState(target_costs=base.target_costs, draft_costs=base.draft_costs)
+            # The machine's prices, each client learning its own from its own steps: which
+            # batch sizes a client's text makes is what a shared table would learn from.
+            draft = base.draft_costs
+            return AutoState(target_costs=base.target_costs.copy(),
+                             draft_costs=draft.copy() if draft is not None else None)
 
         chats = self.store if isinstance(self.store, DraftStore) else None
         self.clients = Clients(own_store, fresh_auto, chats)

@@ -69,7 +69,7 @@ class CostTable:
     samples: list[float] = field(default_factory=list, repr=False)  # recent step equivalents
     # Recent plain steps: (observation number, seconds).
     plain: list[tuple[int, float]] = field(default_factory=list, repr=False)
-    seen: int = field(default=0, repr=False)  # observations so far
+    observed: int = field(default=0, repr=False)  # observations so far
     reference: float = field(init=False, repr=False)  # the scale the last drift check kept
     since_check: int = field(default=0, repr=False)
     rescaled: int = 0  # how often the scale drifted past DRIFT_LIMIT (the cache is then stale)
@@ -86,6 +86,10 @@ class CostTable:
     @property
     def seconds(self) -> list[float]:
         return [self.scale * r for r in self.shape]
+
+    def copy(self) -> CostTable:
+        """A table that prices as this one does now and learns on its own from here."""
+        return CostTable(self.seconds, learn=self.learn)
 
     @property
     def rescaled_start(self) -> CostTable:
@@ -118,17 +122,17 @@ class CostTable:
             return
         if n > len(self.shape):
             self.shape.extend(self.ratio(i) for i in range(len(self.shape) + 1, n + 1))
-        self.seen += 1
+        self.observed += 1
         self.samples.append(seconds / self.ratio(n))
         del self.samples[:-DRIFT_WINDOW]
         if n == 1:
-            self.plain.append((self.seen, seconds))
+            self.plain.append((self.observed, seconds))
             del self.plain[:-PLAIN_WINDOW]
-        fresh = [s for i, s in self.plain if self.seen - i < PLAIN_AGE]
+        fresh = [s for i, s in self.plain if self.observed - i < PLAIN_AGE]
         # Until a few samples are in, the scale is the calibration's: no basis for a shape.
         if len(fresh) >= MIN_SCALE_SAMPLES:
             self.scale = statistics.median(fresh)
-            if n > 1 and self.seen - self.plain[-1][0] <= NEAR:
+            if n > 1 and self.observed - self.plain[-1][0] <= NEAR:
                 self._learn_shape(n, seconds / self.scale)
         elif len(self.samples) >= MIN_SCALE_SAMPLES:
             self.scale = statistics.median(self.samples)
