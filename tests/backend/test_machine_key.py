@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,6 @@ def test_the_cpu_is_its_family_model_and_instructions_not_its_clock(tmp_path: Pa
 
 
 def test_without_cpuinfo_the_platform_says_what_the_cpu_is(tmp_path: Path) -> None:
-    import platform
-
     assert cpu_identity(tmp_path / "absent") == platform.processor()
     assert cpu_identity(_cpuinfo(tmp_path, "processor\t: 0\n")) == platform.processor()
 
