@@ -14,26 +14,23 @@ measurement must neither hold up a newcomer's first answer (a busy 2-core machin
   CONFIRMED quiet samples (or MAX_SAMPLES in all, on a machine that is never quiet);
 - `specchat bench --calibrate` measures until every size is final.
 
-A small JSON cache keeps the samples between starts; the engine keeps refining the table from
-the steps it really runs.
+The calibration file (calibrationfile.py) keeps the samples between starts; the engine keeps
+refining the table from the steps it really runs.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import itertools
-import json
-import os
-import platform
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from specchat import fileio
+from specchat.backend.calibrationfile import (
+    CalibrationCache,
+    machine_key,
+    origin,
+    table_of,
+)
 from specchat.engine.cost import MAX_N, CostTable
 from specchat.engine.protocol import LogitsModel
 from specchat.fileio import FileIOError
@@ -224,83 +221,6 @@ def table_from(measured: dict[int, float], max_n: int = MAX_N) -> CostTable:
     return CostTable(seconds)
 
 
-# /proc/cpuinfo lines that say which CPU this is and which instructions it offers (llama.cpp
-# chooses its kernels by them); "cpu MHz" and the like change by the second and are left out.
-CPU_FIELDS = frozenset({"vendor_id", "cpu family", "model", "model name", "stepping", "flags",
-                        "CPU implementer", "CPU architecture", "CPU variant", "CPU part",
-                        "Features"})
-
-
-def cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The first processor's identity in `cpuinfo`, else platform.processor(). That is empty
-    on Linux, where a virtual machine can move to another CPU under the same host name."""
-    try:
-        with cpuinfo.open(encoding="utf-8", errors="replace") as f:
-            lines = list(itertools.takewhile(str.strip, itertools.islice(f, 200)))
-    except OSError:
-        return platform.processor()
-    fields = [line.strip() for line in lines if line.split(":", 1)[0].strip() in CPU_FIELDS]
-    return "\n".join(fields) or platform.processor()
-
-
-@functools.cache
-def _this_cpu() -> str:
-    return cpu_identity()
-
-
-def machine_key(model_path: Path, settings: dict[str, object]) -> str:
-    """Same file, same settings, same machine (host, CPU, cores): the same costs."""
-    st = model_path.stat() if model_path.exists() else None
-    parts = [str(model_path.resolve()), str(st.st_size if st else 0),
-             str(int(st.st_mtime) if st else 0), platform.node(), platform.machine(),
-             _this_cpu(), str(os.cpu_count()), json.dumps(settings, sort_keys=True)]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
-
-
-class CalibrationCache:
-    """A JSON file of measured cost tables keyed by machine_key; corrupt files are ignored.
-
-    Best-effort both ways: a file that cannot be read is measured again, and one that cannot
-    be written (read-only cache, a directory in its place) costs one warning, never the run.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.warned = False
-
-    def read(self) -> dict[str, Any]:
-        """The whole file as a dict; {} for a missing, unreadable or corrupt one (bounded:
-        a device or a FIFO in its place is not read)."""
-        try:
-            data = json.loads(fileio.read_limited(self.path, fileio.SETTINGS_LIMIT))
-        except (OSError, FileIOError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def load(self, key: str) -> CostTable | None:
-        return table_of(self.load_entry(key))
-
-    def save(self, key: str, table: CostTable, label: str) -> None:
-        """A table for key (what it measured so far is kept beside it)."""
-        old = self.load_entry(key)
-        self.save_entry(key, {**(old if isinstance(old, dict) else {}),
-                              "seconds": table.seconds, "model": label, "when": time.time()})
-
-    def load_entry(self, key: str) -> object | None:
-        """Any JSON value stored under key (the caller validates it), or None."""
-        return self.read().get(key)
-
-    def save_entry(self, key: str, value: object) -> None:
-        data = self.read()
-        data[key] = value
-        try:
-            fileio.atomic_write(self.path, json.dumps(data, indent=1), private=False)
-        except (FileIOError, OSError) as exc:
-            if not self.warned:
-                self.warned = True
-                print(f"specchat: warning: calibration not cached ({exc}); it is measured "
-                      "again next time", file=sys.stderr)
-
 
 def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],
                knobs: dict[str, object], cache: CalibrationCache, *, force: bool = False,
@@ -320,17 +240,9 @@ def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],
     table = samples.table(sizes)
     assert table is not None  # at least one size was measured
     cache.save_entry(key, {"seconds": table.seconds, "model": path.name, "when": time.time(),
-                           "samples": samples.to_entry()})
+                           "samples": samples.to_entry(), **origin(path, knobs, sizes)})
     return table
 
-
-def table_of(entry: object) -> CostTable | None:
-    """The table a cache entry holds ({"seconds": [...]}); None for anything else."""
-    seconds = entry.get("seconds") if isinstance(entry, dict) else None
-    if isinstance(seconds, list) and seconds and all(
-            isinstance(s, (int, float)) and s > 0 for s in seconds):
-        return CostTable([float(s) for s in seconds])
-    return None
 
 
 def finished_table(path: Path, sizes: tuple[int, ...], knobs: dict[str, object],
@@ -362,7 +274,8 @@ def save_if_drifted(table: CostTable, path: Path, knobs: dict[str, object],
     if not table.rescaled:
         return False
     try:
-        cache.save(machine_key(path, knobs), table.rescaled_start, path.name)
+        cache.save(machine_key(path, knobs), table.rescaled_start, path.name,
+                   origin(path, knobs, TARGET_SIZES))
     except FileIOError:
         return False
     return True

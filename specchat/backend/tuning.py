@@ -20,15 +20,14 @@ from specchat.backend.calibration import (
     DRAFT_SIZES,
     START_BUDGET,
     TARGET_SIZES,
-    CalibrationCache,
     Quiet,
     Samples,
     cost_table,
     finished_table,
-    machine_key,
     measure,
     save_if_drifted,
 )
+from specchat.backend.calibrationfile import CalibrationCache, machine_key
 from specchat.backend.cpushare import CpuShare
 from specchat.backend.flashattn import choice, measure_flash_attn
 from specchat.backend.threads import ThreadGovernor
@@ -65,6 +64,12 @@ class Calibration:
         exact target's cache types (llm/exact.py; named only when exact, so tables measured
         before it existed keep their keys)."""
         return {**self.knobs, "flash_attn": flash_attn, **({"exact": True} if exact else {})}
+
+    def knob_variants(self) -> list[dict[str, object]]:
+        """Every costs_knobs a load with these settings may key a table by (flash attention
+        unset, off or on; exact or not): what `doctor` matches unlabelled entries against."""
+        return [self.costs_knobs(flash, exact) for flash in (None, False, True)
+                for exact in (False, True)]
 
     def costs_key(self, model: Path, flash_attn: bool | None, exact: bool = False) -> str:
         return machine_key(model, self.costs_knobs(flash_attn, exact))

@@ -15,6 +15,8 @@ import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -126,32 +128,89 @@ def _gpu_rows() -> list[tuple[str, str]]:
 
 
 def _calibration_rows() -> list[tuple[str, str]]:
-    """What `auto` measured here: verify cost ratios per model (bench --calibrate: details)."""
-    from specchat.backend.calibration import CalibrationCache, Samples
+    """What `auto` measured on this machine: verify cost ratios per model file and settings
+    (bench --calibrate: details). Entries of another CPU or host, of a model file since
+    changed, or of an older specchat are counted in one row, not shown as if in force."""
+    from specchat.backend.calibrationfile import CalibrationCache, measured_here, table_of
     from specchat.paths import calibration_file
 
-    tables = [e for e in CalibrationCache(calibration_file()).read().values()
-              if isinstance(e, dict) and isinstance(e.get("seconds"), list) and e["seconds"]]
-    if not tables:
-        return [("calibration", "none yet: the first `auto` runs measure it, a few seconds "
-                 "each (or run `specchat bench --calibrate`)")]
+    path = calibration_file()
+    entries = {key: entry for key, entry in CalibrationCache(path).read().items()
+               if table_of(entry) is not None}
+    guess = _unlabelled_guesses()
     rows = []
-    for entry in tables:
-        seconds = entry["seconds"]
-        ratios = ", ".join(f"{n}:{seconds[n - 1] / seconds[0]:.2f}"
-                           for n in (2, 4, 8, 17) if n <= len(seconds))
-        samples = Samples.from_entry(entry)
-        final = sum(1 for n in samples.best if samples.final(n))
-        rows.append((f"calibration {entry.get('model', '?')}",
-                     f"step {seconds[0] * 1000:.1f} ms; batch cost x step {ratios}; "
-                     f"{final}/{len(seconds)} sizes final"))
+    for key, entry in entries.items():
+        knobs = measured_here(key, entry, guess(entry))
+        if knobs is not None:
+            rows.append(_calibration_row(entry, knobs))
+    unused = len(entries) - len(rows)
+    if not rows:
+        rows.append(("calibration", "none for this machine yet: the first `auto` runs measure "
+                     "it, a few seconds each (or run `specchat bench --calibrate`)"))
+    if unused:
+        rows.append(("calibration elsewhere", f"{unused} more in {path}, not used here: "
+                     "another CPU or host, a model file since changed, other settings or an "
+                     "older specchat"))
     return rows
+
+
+def _unlabelled_guesses() -> Callable[[object], list[tuple[Path, dict[str, object]]]]:
+    """For entries written before they named their model file and settings: that file in
+    specchat's model cache (by its bare name), under every way the current settings key it."""
+    from specchat.backend.tuning import Calibration
+    from specchat.models import cache_dir
+    from specchat.settings.file import resolve
+    from specchat.settings.load import LoadSettings
+
+    names = ["threads", "n_gpu_layers", "repack"]
+    variants = Calibration(LoadSettings.from_settings(resolve(names, {}))).knob_variants()
+    cache = cache_dir()
+
+    def guesses(entry: object) -> list[tuple[Path, dict[str, object]]]:
+        name = entry.get("model") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            return []  # a bare file name only: nothing in the file chooses a directory
+        return [(cache / name, knobs) for knobs in variants]
+
+    return guesses
+
+
+def _calibration_row(entry: dict[str, Any], knobs: dict[str, object]) -> tuple[str, str]:
+    """One table in force here: its settings, plain step, batch costs and how final."""
+    from specchat.backend.calibration import DRAFT_SIZES, TARGET_SIZES, Samples
+
+    seconds = entry["seconds"]
+    ratios = ", ".join(f"{n}:{seconds[n - 1] / seconds[0]:.2f}"
+                       for n in (2, 4, 8, 17) if n <= len(seconds))
+    sizes = entry.get("sizes")
+    if not (isinstance(sizes, list) and sizes and all(isinstance(n, int) for n in sizes)):
+        sizes = list(TARGET_SIZES if len(seconds) <= len(TARGET_SIZES) else DRAFT_SIZES)
+    samples = Samples.from_entry(entry)
+    final = sum(1 for n in sizes if samples.final(n))
+    return (f"calibration {entry.get('model', '?')} ({_knobs_label(knobs)})",
+            f"step {seconds[0] * 1000:.1f} ms; batch cost x step {ratios}; "
+            f"{final}/{len(sizes)} sizes final")
+
+
+def _knobs_label(knobs: dict[str, object]) -> str:
+    """The settings a table was measured under, as the options that give them."""
+    threads, flash, gpu = knobs.get("threads"), knobs.get("flash_attn"), knobs.get("n_gpu_layers")
+    parts = [f"{threads} threads" if threads else "default threads"]
+    if flash is not None:
+        parts.append(f"flash attention {'on' if flash else 'off'}")
+    if knobs.get("exact"):
+        parts.append("--exact")
+    if knobs.get("repack") is False:
+        parts.append("--no-repack")
+    if gpu not in (None, ""):
+        parts.append(f"GPU layers {gpu}")
+    return ", ".join(parts)
 
 
 def _kernel_rows() -> list[tuple[str, str]]:
     """Flash attention as loads will choose it (the option and where it came from), what
     `bench --calibrate` measured here, and the options that pick other kernels."""
-    from specchat.backend.calibration import CalibrationCache
+    from specchat.backend.calibrationfile import CalibrationCache
     from specchat.backend.flashattn import describe
     from specchat.paths import calibration_file
     from specchat.settings.file import resolve

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from specchat.backend.calibration import DRAFT_SIZES, CalibrationCache, cost_table
+from specchat.backend import calibrationfile
+from specchat.backend.calibration import DRAFT_SIZES, cost_table
+from specchat.backend.calibrationfile import CalibrationCache, measured_here
 from tests.support.fake_runtime import fake_model
 
 
@@ -60,3 +62,23 @@ def test_calibration_is_saved_privately_when_it_can_be(
     assert _measure_twice(CalibrationCache(path), capsys) == ""
     assert path.is_file() and len(CalibrationCache(path).path.read_text()) > 0
     assert sorted(p.name for p in path.parent.iterdir()) == ["calibration.json"]
+
+
+def test_a_measured_table_names_its_model_file_and_settings_and_is_known_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = CalibrationCache(tmp_path / "calibration.json")
+    model_file = tmp_path / "m.gguf"
+    model_file.write_bytes(b"GGUF")
+    stamp = model_file.stat().st_mtime_ns
+    cost_table(fake_model(), model_file, DRAFT_SIZES, {"threads": 2}, cache)
+    ((key, entry),) = cache.read().items()
+    assert entry["path"] == str(model_file.resolve()) and entry["knobs"] == {"threads": 2}
+    assert entry["sizes"] == list(DRAFT_SIZES)
+    assert measured_here(key, entry) == {"threads": 2}
+    model_file.write_bytes(b"GGUF, a newer file")  # another size: another file's costs
+    assert measured_here(key, entry) is None
+    model_file.write_bytes(b"GGUF")
+    os.utime(model_file, ns=(stamp, stamp))
+    assert measured_here(key, entry) == {"threads": 2}  # the same file again
+    monkeypatch.setattr(calibrationfile, "_this_cpu", lambda: "another CPU")
+    assert measured_here(key, entry) is None

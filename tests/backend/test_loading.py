@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specchat.backend.calibration import CONFIRMED, DRAFT_SIZES, TARGET_SIZES, machine_key
+from specchat.backend.calibration import CONFIRMED, DRAFT_SIZES, TARGET_SIZES
+from specchat.backend.calibrationfile import machine_key
 from specchat.backend.loading import draft_not_worth_loading, text_vocabs
 from specchat.backend.tuning import Calibration, flash_attn_for
 from specchat.engine.options import Spec

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specchat.backend import calibration
-from specchat.backend.calibration import cpu_identity, machine_key
+from specchat.backend import calibrationfile
+from specchat.backend.calibrationfile import cpu_identity, machine_key
 
 ZEN4 = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -54,5 +54,5 @@ def test_the_same_model_on_another_cpu_has_another_calibration_key(
     model.write_bytes(b"GGUF")
     here = machine_key(model, {"threads": 2})
     assert machine_key(model, {"threads": 2}) == here
-    monkeypatch.setattr(calibration, "_this_cpu", lambda: "cpu family\t: 26")
+    monkeypatch.setattr(calibrationfile, "_this_cpu", lambda: "cpu family\t: 26")
     assert machine_key(model, {"threads": 2}) != here

@@ -24,11 +24,11 @@ from specchat.backend.calibration import (
     CONFIRMED,
     MAX_SAMPLES,
     TARGET_SIZES,
-    CalibrationCache,
     Quiet,
     Samples,
     sample_costs,
 )
+from specchat.backend.calibrationfile import CalibrationCache
 from specchat.backend.flashattn import choice, measure_flash_attn
 from specchat.backend.threads import WINDOW, ThreadGovernor
 from specchat.backend.tuning import Calibration, Tuned, flash_attn_for, measured_auto_state

@@ -110,3 +110,52 @@ def test_doctor_says_where_the_drafting_store_is_and_how_big(
     main(["doctor", "--json"])
     row = json.loads(capsys.readouterr().out)["drafting store"]
     assert "1 answers" in row and " MB" in row
+
+
+def test_doctor_shows_the_calibrations_in_force_and_counts_the_rest(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    from specchat.backend import calibrationfile
+    from specchat.backend.calibrationfile import machine_key, origin
+    from specchat.backend.tuning import Calibration
+    from specchat.settings.load import LoadSettings
+
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    for name in ("THREADS", "N_GPU_LAYERS", "REPACK"):
+        monkeypatch.delenv(f"SPECCHAT_{name}", raising=False)
+    (tmp_path / "models").mkdir()
+    labelled, unlabelled = tmp_path / "models" / "a.gguf", tmp_path / "models" / "b.gguf"
+    labelled.write_bytes(b"GGUF a")
+    unlabelled.write_bytes(b"GGUF b")
+    (tmp_path / "x.gguf").write_bytes(b"GGUF x")
+    plain = Calibration(LoadSettings()).costs_knobs(False)
+    exact = Calibration(LoadSettings()).costs_knobs(True, exact=True)
+
+    def entry(name: str, step: float, **more: object) -> dict[str, object]:
+        return {"seconds": [step, 2 * step], "model": name, "samples": {}, **more}
+
+    entries = {
+        machine_key(labelled, plain): entry("a.gguf", 0.03, **origin(labelled, plain, (1, 2))),
+        machine_key(labelled, exact): entry("a.gguf", 0.04, **origin(labelled, exact, (1, 2))),
+        machine_key(unlabelled, plain): entry("b.gguf", 0.05),  # written before origins
+        # a path in the file is stat'ed, never a directory taken from a bare model name
+        machine_key(tmp_path / "x.gguf", plain): entry("../x.gguf", 0.06),
+    }
+    monkeypatch.setattr(calibrationfile, "_this_cpu", lambda: "cpu family\t: 26")
+    entries[machine_key(labelled, plain) + "-old"] = entry(
+        "a.gguf", 0.07, **origin(labelled, plain, (1, 2)))  # key of another CPU
+    monkeypatch.undo()
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    (tmp_path / "calibration.json").write_text(json.dumps(entries))
+
+    main(["doctor", "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    shown = {k: v for k, v in rows.items()
+             if k.startswith("calibration ") and k != "calibration elsewhere"}
+    assert shown.keys() == {"calibration a.gguf (default threads, flash attention off)",
+                            "calibration a.gguf (default threads, flash attention on, --exact)",
+                            "calibration b.gguf (default threads, flash attention off)"}
+    assert shown["calibration b.gguf (default threads, flash attention off)"].startswith(
+        "step 50.0 ms; batch cost x step 2:2.00")
+    assert rows["calibration elsewhere"].startswith("2 more in")

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from specchat.backend.calibration import TARGET_SIZES, CalibrationCache, Samples
+from specchat.backend.calibration import TARGET_SIZES, Samples
+from specchat.backend.calibrationfile import CalibrationCache
 
 pytestmark = pytest.mark.real
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,12 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specchat.backend.calibration import (
-    CalibrationCache,
-    break_even_acceptance,
-    measure,
-    table_from,
-)
+from specchat.backend.calibration import break_even_acceptance, measure, table_from
+from specchat.backend.calibrationfile import CalibrationCache
 from specchat.engine.auto import CPU_RATIOS, AutoPolicy, AutoState
 from specchat.engine.autokeys import (
     AMBIGUOUS,

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specchat.backend.calibration import CalibrationCache, machine_key, save_if_drifted
+from specchat.backend.calibration import save_if_drifted
+from specchat.backend.calibrationfile import CalibrationCache, machine_key
 from specchat.engine.cost import DRIFT_WINDOW, PLAIN_AGE, CostTable
 
 # A calibrated CPU shape (batch of n over a plain step, n = 1..17).
