@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import io
 import os
 import re
 import secrets
@@ -109,7 +110,11 @@ def make_dirs(path: Path, *, private: bool = True) -> Path:
     return path
 
 
-def write_all(fd: int, data: bytes) -> None:
+# Bytes in any form a write takes without copying them first (a model's state is hundreds of MB).
+Buffer = bytes | bytearray | memoryview
+
+
+def write_all(fd: int, data: Buffer) -> None:
     """Write every byte of `data` to fd, or raise OSError (ENOSPC for a short write)."""
     view = memoryview(data)
     while view:
@@ -119,15 +124,17 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def atomic_write(path: Path, data: bytes | str, *, private: bool = True,
+def atomic_write(path: Path, data: Buffer | str | list[Buffer], *, private: bool = True,
                  overwrite: bool = True) -> Path:
-    """Replace (or, with overwrite=False, create) `path` with `data` in one atomic step.
+    """Replace (or, with overwrite=False, create) `path` with `data` (a list: its parts one
+    after another, never joined in memory) in one atomic step.
 
     Raises FileExistsError when overwrite=False and `path` exists, FileIOError for any
     other failure; the temporary file never outlives the call.
     """
     path = write_target(Path(path))
-    payload = data.encode("utf-8") if isinstance(data, str) else data
+    parts = data if isinstance(data, list) else \
+        [data.encode("utf-8") if isinstance(data, str) else data]
     make_dirs(path.parent, private=private)
     remove_stale_temps(path)
     mode = PRIVATE_FILE if private else SHARED_FILE
@@ -135,7 +142,8 @@ def atomic_write(path: Path, data: bytes | str, *, private: bool = True,
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         try:
-            write_all(fd, payload)
+            for part in parts:
+                write_all(fd, part)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -258,7 +266,7 @@ def read_head(path: Path, count: int) -> bytes:
         os.close(fd)
 
 
-def open_regular(path: Path, *, follow: bool = True) -> BinaryIO:
+def open_regular(path: Path, *, follow: bool = True) -> io.BufferedReader:
     """A user's regular file opened for reading in binary, for a reader that takes only what
     it needs of a large file (a model's head or hash, a mapped segment); a FIFO or a device is
     refused as `read_limited` refuses it (NotRegularFile), and so is a symlink unless

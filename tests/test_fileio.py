@@ -26,6 +26,14 @@ def test_atomic_write_is_private_and_leaves_no_temp(tmp_path: Path) -> None:
     assert [p.name for p in target.parent.iterdir()] == ["file.txt"]
 
 
+
+def test_atomic_write_of_parts_writes_them_one_after_another(tmp_path: Path) -> None:
+    target = tmp_path / "state.bin"
+    big = bytearray(b"x" * 3_000_000)
+    fileio.atomic_write(target, [b"head", memoryview(big)[1:], bytearray(b"tail")])
+    assert target.read_bytes() == b"head" + bytes(big[1:]) + b"tail"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.bin"]
+
 def test_atomic_write_without_overwrite_refuses_an_existing_file(tmp_path: Path) -> None:
     target = tmp_path / "mine.txt"
     target.write_text("the user's words")

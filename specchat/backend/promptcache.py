@@ -30,7 +30,7 @@ import numpy as np
 
 from specchat.engine.protocol import common_prefix
 from specchat.errors import SpecchatError
-from specchat.fileio import FileIOError, atomic_write, make_dirs, open_regular
+from specchat.fileio import Buffer, FileIOError, atomic_write, make_dirs, open_regular
 
 MAGIC = b"SPECCHAT-KV1"
 SUFFIX = ".kv"
@@ -52,9 +52,9 @@ class StatefulModel(Protocol):
     @property
     def state_key(self) -> str: ...
 
-    def save_state(self) -> bytes: ...
+    def save_state(self) -> Buffer: ...
 
-    def load_state(self, tokens: Sequence[int], blob: bytes) -> None: ...
+    def load_state(self, tokens: Sequence[int], blob: Buffer) -> None: ...
 
     def truncate(self, n: int) -> None: ...
 
@@ -141,19 +141,21 @@ class PromptCache:
                 entries.append(entry)
         return entries
 
-    def _read_blob(self, entry: Entry) -> bytes | None:
-        """The state blob, or None (and the file removed) if it fails its CRC."""
+    def _read_blob(self, entry: Entry) -> memoryview | None:
+        """The state blob, or None (and the file removed) if it fails its CRC. Read into one
+        buffer that load_state takes as it is: a state can be hundreds of MB."""
+        n_ids = 4 * len(entry.tokens)
+        data = bytearray(n_ids + entry.blob_len)  # the header checked this against the size
         try:
             with open_regular(entry.path) as f:
                 f.seek(entry.data_offset)
-                data = f.read()
+                whole = f.readinto(data) == len(data) and not f.read(1)
         except (OSError, FileIOError):
             return None  # evicted (or replaced by a FIFO) meanwhile: a miss
-        n_ids = 4 * len(entry.tokens)
-        if len(data) != n_ids + entry.blob_len or zlib.crc32(data) != entry.crc:
+        if not whole or zlib.crc32(data) != entry.crc:
             _remove(entry.path)
             return None
-        return data[n_ids:]
+        return memoryview(data)[n_ids:]
 
     # --- saving -------------------------------------------------------------------------------
     def save(self, model: StatefulModel, evaluated: int) -> Path | None:
@@ -169,7 +171,7 @@ class PromptCache:
             return path
         blob = model.save_state()
         data = _encode(key, tokens, blob)
-        if len(data) > self.limit:
+        if sum(len(part) for part in data) > self.limit:
             return None
         try:
             make_dirs(self.directory, private=True)
@@ -223,11 +225,12 @@ def _key_hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
-def _encode(key: str, tokens: Sequence[int], blob: bytes) -> bytes:
+def _encode(key: str, tokens: Sequence[int], blob: Buffer) -> list[Buffer]:
+    """The entry's file as two parts written one after the other: the blob is not copied."""
     ids = np.asarray(tokens, dtype="<i4").tobytes()
     header = json.dumps({"key": key, "n_tokens": len(tokens), "blob_len": len(blob),
                          "crc": zlib.crc32(blob, zlib.crc32(ids))}).encode()
-    return MAGIC + struct.pack("<I", len(header)) + header + ids + blob
+    return [MAGIC + struct.pack("<I", len(header)) + header + ids, blob]
 
 
 def _read_header(path: Path, key: str) -> Entry | None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from specchat.engine.protocol import ContextFullError
 from specchat.errors import Cancelled, ModelError, UsageError
+from specchat.fileio import Buffer
 from specchat.llm.batch import chunk_spans, normalize_rows, rows_in_span
 from specchat.llm.cbuf import log_reason
 from specchat.llm.context import exact_context, start_size
@@ -332,18 +333,21 @@ class LlamaModel(TreeBatches, SideFills, ModelText):
                 f"gpu layers {self._gpu_layers}|flash attention {self.flash_attn}|"
                 f"kv types {kv_types(self.exact)}" + ("" if self.repacked else "|not repacked"))
 
-    def save_state(self) -> bytes:
-        """The KV cache of `tokens` as one opaque blob (load_state puts it back)."""
+    def save_state(self) -> memoryview:
+        """The KV cache of `tokens` as one opaque blob (load_state puts it back). The buffer
+        llama.cpp wrote is the blob: a long context's state is hundreds of MB, and each copy
+        of it would be held at once with the cache itself."""
         self._check_open()
         size = int(llama_cpp.llama_state_seq_get_size(self._ctx, 0))
         buf = (ctypes.c_uint8 * size)()
         written = int(llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, 0))
         if written <= 0:
             raise ModelError(f"llama.cpp could not save the state of {self.path.name}")
-        return ctypes.string_at(buf, written)
+        return memoryview(buf).cast("B")[:written]
 
-    def load_state(self, tokens: Sequence[int], blob: bytes) -> None:
-        """Replace the cache with a blob from save_state() that holds exactly `tokens`.
+    def load_state(self, tokens: Sequence[int], blob: Buffer) -> None:
+        """Replace the cache with a blob from save_state() that holds exactly `tokens`; a
+        writable blob (save_state's, a bytearray) is read where it lies, not copied.
 
         On any failure the cache is left empty (never half loaded) and ModelError is raised.
         """
@@ -351,9 +355,12 @@ class LlamaModel(TreeBatches, SideFills, ModelText):
         self._fit(len(tokens))
         llama_cpp.llama_memory_clear(self._mem, True)
         self._tokens.clear()
-        buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
-        read = int(llama_cpp.llama_state_seq_set_data(self._ctx, buf, len(blob), 0))
-        if read != len(blob) or self.cached_positions() != len(tokens):
+        view = memoryview(blob).cast("B")
+        kind = ctypes.c_uint8 * len(view)
+        buf = kind.from_buffer_copy(view) if view.readonly else kind.from_buffer(view)
+        read = int(llama_cpp.llama_state_seq_set_data(self._ctx, buf, len(view), 0))
+        del buf  # the blob's buffer is released with it
+        if read != len(view) or self.cached_positions() != len(tokens):
             llama_cpp.llama_memory_clear(self._mem, True)
             raise ModelError(f"a saved state does not fit {self.path.name}")
         self._tokens.extend(int(t) for t in tokens)

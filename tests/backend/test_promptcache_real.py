@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,6 +47,37 @@ def test_a_loaded_state_gives_the_same_next_token_logits(
         with pytest.raises(Exception, match="does not fit"):
             b.load_state(tokens[:10], blob[:1000])
         assert not b.tokens and b.cached_positions() == 0
+
+
+
+def test_a_state_is_held_once_in_memory_when_saved_restored_or_widened(
+        real_model_path: Callable[[str], Path], tmp_path: Path) -> None:
+    """A long context's state is hundreds of MB: saving it, writing it to the prompt cache,
+    reading it back and moving it to a wider context each hold it once, not two or three
+    copies at a time (what Python allocates, traced; llama.cpp's own cache is not)."""
+    path = real_model_path("smollm2-135m")
+    with load_model(path, n_ctx=4096, ctx_start=1024, n_gpu_layers=0) as model:
+        tokens = model.tokenize(shared_text(), add_special=True, parse_special=False)[:900]
+        model.eval(tokens, [-1])
+        cache = PromptCache(tmp_path, limit=1 << 30, min_new_tokens=1)
+
+        def peak(step: Callable[[], object]) -> int:
+            tracemalloc.start()
+            try:
+                step()
+                return tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+
+        size = len(model.save_state())
+        assert size > 5_000_000  # big enough for a copy to show
+        assert peak(model.save_state) < 1.2 * size
+        assert peak(lambda: cache.save(model, evaluated=len(tokens))) < 1.2 * size
+        model.truncate(0)
+        assert peak(lambda: cache.restore(model, [*tokens, 1])) < 1.2 * size
+        assert list(model.tokens) == tokens
+        assert peak(lambda: model.widen(2048)) < 1.2 * size
+        assert list(model.tokens) == tokens and model.n_ctx >= 2048
 
 
 def _answer(runtime: Runtime, question: str) -> Finished:
