@@ -96,7 +96,7 @@ def collect() -> tuple[list[tuple[str, str]], bool]:
     if built is not None:
         rows += _guard("gpu fit", _gpu_rows)
     rows += _guard("calibration", _calibration_rows)
-    rows += _guard("flash attention", _kernel_rows)
+    rows += _guard("kernels (flash attention, exact, repack)", _kernel_rows)
     rows += _guard("drafting store", _draft_store_rows)
     rows += _guard("local models", _local_rows)
     if built is None:

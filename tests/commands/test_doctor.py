@@ -159,3 +159,21 @@ def test_doctor_shows_the_calibrations_in_force_and_counts_the_rest(
     assert shown["calibration b.gguf (default threads, flash attention off)"].startswith(
         "step 50.0 ms; batch cost x step 2:2.00")
     assert rows["calibration elsewhere"].startswith("2 more in")
+
+
+def test_a_kernel_probe_that_fails_is_named_for_every_option_it_covers(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    from specchat.backend import flashattn
+
+    def broken(*args: object) -> list[tuple[str, str]]:
+        raise ValueError("unreadable measurement")
+
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    monkeypatch.setattr(flashattn, "describe", broken)
+    main(["doctor", "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert rows["kernels (flash attention, exact, repack)"] == \
+        "cannot check: unreadable measurement"
+    assert "exact" not in rows and "repack" not in rows
