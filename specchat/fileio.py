@@ -449,6 +449,24 @@ def locked(path: Path, *, wait: bool, private: bool = True) -> Iterator[bool]:
         os.close(fd)  # closing drops the lock
 
 
+
+@contextlib.contextmanager
+def locked_directory(path: Path, *, private: bool = True) -> Iterator[None]:
+    """An exclusive lock on the directory `path` (created if missing) for the `with` block,
+    waiting for it: for a read-change-write of a file in it that is replaced by rename (a lock
+    on the file itself would stay with the old inode), without a lock file left beside it.
+    FileIOError when `path` cannot be a directory."""
+    make_dirs(path, private=private)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise FileIOError(f"cannot lock {path}: {describe(exc)}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
+
 def fsync_dir(path: Path) -> None:
     """Make a new or renamed name in `path` survive a crash (where the filesystem allows)."""
     try:

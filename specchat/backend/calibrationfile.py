@@ -17,7 +17,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -84,19 +84,28 @@ class CalibrationCache:
     def save(self, key: str, table: CostTable, label: str,
              where: dict[str, object] | None = None) -> None:
         """A table for key (what it measured so far is kept beside it); `where`: its origin."""
-        old = self.load_entry(key)
-        self.save_entry(key, {**(old if isinstance(old, dict) else {}), **(where or {}),
-                              "seconds": table.seconds, "model": label, "when": time.time()})
+        def merged(old: object | None) -> object:
+            return {**(old if isinstance(old, dict) else {}), **(where or {}),
+                    "seconds": table.seconds, "model": label, "when": time.time()}
+
+        self.update(key, merged)
 
     def load_entry(self, key: str) -> object | None:
         """Any JSON value stored under key (the caller validates it), or None."""
         return self.read().get(key)
 
     def save_entry(self, key: str, value: object) -> None:
-        data = self.read()
-        data[key] = value
+        self.update(key, lambda _: value)
+
+    def update(self, key: str, change: Callable[[object | None], object]) -> None:
+        """Store change(what key holds now) under key. Read, changed and written with the
+        directory locked: a chat and a script saving at once would otherwise each write the
+        file without the other's entry."""
         try:
-            fileio.atomic_write(self.path, json.dumps(data, indent=1), private=False)
+            with fileio.locked_directory(self.path.parent, private=False):
+                data = self.read()
+                data[key] = change(data.get(key))
+                fileio.atomic_write(self.path, json.dumps(data, indent=1), private=False)
         except (FileIOError, OSError) as exc:
             if not self.warned:
                 self.warned = True

@@ -6,6 +6,7 @@ The costs are measured and used, one warning is printed, nothing is left behind.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from pathlib import Path
 
@@ -82,3 +83,23 @@ def test_a_measured_table_names_its_model_file_and_settings_and_is_known_here(
     assert measured_here(key, entry) == {"threads": 2}  # the same file again
     monkeypatch.setattr(calibrationfile, "_this_cpu", lambda: "another CPU")
     assert measured_here(key, entry) is None
+
+
+def _save_many(path: str, who: int, n: int) -> None:
+    cache = CalibrationCache(Path(path))
+    for i in range(n):
+        cache.save_entry(f"{who}-{i}", {"seconds": [0.01 * (i + 1)]})
+
+
+def test_processes_saving_at_once_keep_each_others_entries(tmp_path: Path) -> None:
+    path = tmp_path / "calibration.json"
+    spawn = multiprocessing.get_context("spawn")
+    writers = [spawn.Process(target=_save_many, args=(str(path), who, 60)) for who in range(3)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(timeout=120)
+    assert [w.exitcode for w in writers] == [0, 0, 0]
+    saved = CalibrationCache(path).read()
+    assert len(saved) == 180 and saved["2-59"] == {"seconds": [0.6]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration.json"]
