@@ -124,12 +124,16 @@ def load_records() -> dict[str, object]:
 
 
 def record(ref: HfRef, commit: str, group: GgufGroup) -> None:
-    """Remember what `ref` resolved to (best effort: a read-only disk only costs the memo)."""
-    records = load_records()
-    records[ref.key] = {"ref": str(ref), "commit": commit, "files": list(group.files)}
+    """Remember what `ref` resolved to (best effort: a read-only disk only costs the memo).
+    Read, changed and written with the directory locked: two pulls finishing at once would
+    otherwise each write the file without the other's record."""
+    path = hub_records_file()
     try:
-        fileio.atomic_write(hub_records_file(), json.dumps(records, indent=1, sort_keys=True),
-                             private=False)
+        with fileio.locked_directory(path.parent, private=False):
+            records = load_records()
+            records[ref.key] = {"ref": str(ref), "commit": commit, "files": list(group.files)}
+            fileio.atomic_write(path, json.dumps(records, indent=1, sort_keys=True),
+                                private=False)
     except fileio.FileIOError:
         pass
 
