@@ -137,10 +137,20 @@ def resolve(names: Iterable[str], flags: Mapping[str, Any], *, profile: str | No
 
 
 def save_settings(values: Mapping[str, Any], path: Path | None = None) -> Path:
-    """Write `values` into the config file's base table, keeping its comments and profiles."""
+    """Write `values` into the config file's base table, keeping its comments and profiles.
+    Read, changed and written with its directory locked: a `/set --save` in a chat and a
+    `specchat config set` at the same moment each keep the other's change."""
+    path = path or config_file()
+    try:
+        with fileio.locked_directory(path.parent):
+            return _save_settings(values, path)
+    except fileio.FileIOError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _save_settings(values: Mapping[str, Any], path: Path) -> Path:
     import tomlkit
 
-    path = path or config_file()
     try:
         raw = fileio.read_limited(path, fileio.SETTINGS_LIMIT)
     except FileNotFoundError:

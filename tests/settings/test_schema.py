@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -133,6 +134,24 @@ def test_unknown_profile_lists_the_known_ones(tmp_path: Path,
     with pytest.raises(UsageError, match="no profile 'prose'.*profiles: code"):
         config.resolve(("top_k",), {}, profile="prose", environ={})
 
+
+
+def _save_many(path: str, option: str, n: int) -> None:
+    for i in range(1, n + 1):
+        config.save_settings({option: i}, Path(path))
+
+
+def test_settings_saved_at_once_by_several_processes_are_all_kept(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    spawn = multiprocessing.get_context("spawn")
+    names = ("seed", "top_k", "max_tokens", "repeat_last_n")
+    savers = [spawn.Process(target=_save_many, args=(str(path), name, 80)) for name in names]
+    for saver in savers:
+        saver.start()
+    for saver in savers:
+        saver.join(timeout=120)
+    assert [s.exitcode for s in savers] == [0, 0, 0, 0]
+    assert config.read_config(path).base == dict.fromkeys(names, 80)
 
 def test_save_settings_keeps_comments_and_profiles(tmp_path: Path) -> None:
     path = write(tmp_path / "c.toml", "# mine\ntop_k = 5  # keep\n\n[profile.code]\ntop_k = 1\n")
