@@ -30,7 +30,7 @@ class Headers:
     def __init__(self, memo: Path | None = None) -> None:
         self.memo = memo or local_headers_file()
         self.entries = _load(self.memo)
-        self.changed = False
+        self.changed: set[str] = set()  # the entries this run wrote (save merges only those)
         self.read_seconds = 0.0  # spent reading headers not in the memo, this run
 
     def summary(self, path: Path, *, read: bool = True) -> GgufSummary | None:
@@ -53,7 +53,7 @@ class Headers:
             summary: GgufSummary = read_summary(path)
         except SpecchatError as exc:
             self.entries[str(path)] = {"stamp": stamp, "error": str(exc)}
-            self.changed = True
+            self.changed.add(str(path))
             raise ModelError(str(exc)) from None
         finally:
             self.read_seconds += time.monotonic() - started
@@ -83,7 +83,7 @@ class Headers:
         entry = self._current(path, stamp) or {}
         kept = {k: v for k, v in entry.items() if k != "error"}
         self.entries[str(path)] = {**kept, **fields, "stamp": stamp}
-        self.changed = True
+        self.changed.add(str(path))
 
     def _current(self, path: Path, stamp: str) -> dict[str, Any] | None:
         """The file's entry, if it was made from the file as it is now (same stamp)."""
@@ -98,17 +98,21 @@ class Headers:
             return True  # a file that is gone needs no reading
 
     def save(self) -> None:
-        """Write what was read (best effort), forgetting files that are gone."""
+        """Write what this run read into the memo (best effort), forgetting files that are
+        gone. Merged into the memo as it is now, with its directory locked: another process
+        that read other files meanwhile keeps them."""
         if not self.changed:
             return
-        kept = {p: e for p, e in self.entries.items() if os.path.exists(p)}
         try:
-            fileio.atomic_write(self.memo, json.dumps({"version": VERSION, "files": kept}),
-                                 private=False)
+            with fileio.locked_directory(self.memo.parent, private=False):
+                merged = {**_load(self.memo),
+                          **{p: self.entries[p] for p in self.changed if p in self.entries}}
+                kept = {p: e for p, e in merged.items() if os.path.exists(p)}
+                fileio.atomic_write(self.memo, json.dumps({"version": VERSION, "files": kept}),
+                                    private=False)
         except fileio.FileIOError:
             pass
-        self.changed = False
-
+        self.changed = set()
 
 def _stamp(path: Path) -> str:
     st = path.stat()
