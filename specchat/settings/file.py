@@ -138,8 +138,8 @@ def resolve(names: Iterable[str], flags: Mapping[str, Any], *, profile: str | No
 
 def save_settings(values: Mapping[str, Any], path: Path | None = None) -> Path:
     """Write `values` into the config file's base table, keeping its comments and profiles.
-    Read, changed and written with its directory locked: a `/set --save` in a chat and a
-    `specchat config set` at the same moment each keep the other's change."""
+    Read, changed and written with its directory locked: two saves at the same moment (two
+    chats' /save-settings) each change the file as the other left it, never an older copy."""
     path = path or config_file()
     try:
         with fileio.locked_directory(path.parent):
