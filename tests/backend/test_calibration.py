@@ -6,7 +6,6 @@ The costs are measured and used, one warning is printed, nothing is left behind.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from specchat.backend import calibrationfile
 from specchat.backend.calibration import DRAFT_SIZES, cost_table
 from specchat.backend.calibrationfile import CalibrationCache, measured_here
 from tests.support.fake_runtime import fake_model
+from tests.support.together import run_together
 
 
 def _measure_twice(cache: CalibrationCache, capsys: pytest.CaptureFixture[str]) -> str:
@@ -93,13 +93,7 @@ def _save_many(path: str, who: int, n: int) -> None:
 
 def test_processes_saving_at_once_keep_each_others_entries(tmp_path: Path) -> None:
     path = tmp_path / "calibration.json"
-    spawn = multiprocessing.get_context("spawn")
-    writers = [spawn.Process(target=_save_many, args=(str(path), who, 60)) for who in range(3)]
-    for writer in writers:
-        writer.start()
-    for writer in writers:
-        writer.join(timeout=120)
-    assert [w.exitcode for w in writers] == [0, 0, 0]
+    assert run_together(_save_many, [(str(path), who, 60) for who in range(3)]) == [0, 0, 0]
     saved = CalibrationCache(path).read()
     assert len(saved) == 180 and saved["2-59"] == {"seconds": [0.6]}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration.json"]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from pathlib import Path
 
 from specchat.models.headers import Headers
+from tests.support.together import run_together
 
 
 def _remember(memo: str, files: list[str]) -> None:
@@ -23,13 +23,7 @@ def test_starts_saving_at_once_keep_each_others_entries(tmp_path: Path) -> None:
         for name in group:
             Path(name).write_bytes(b"GGUF")
         groups.append(group)
-    spawn = multiprocessing.get_context("spawn")
-    starts = [spawn.Process(target=_remember, args=(str(memo), group)) for group in groups]
-    for start in starts:
-        start.start()
-    for start in starts:
-        start.join(timeout=120)
-    assert [s.exitcode for s in starts] == [0, 0, 0]
+    assert run_together(_remember, [(str(memo), group) for group in groups]) == [0, 0, 0]
     headers = Headers(memo)
     for name in (n for group in groups for n in group):
         assert headers.eog(Path(name), 1000) == frozenset({len(name)})

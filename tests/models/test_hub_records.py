@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from pathlib import Path
 
 import pytest
 
 from specchat.models.hfcache import load_records, record
 from specchat.models.hfref import GgufGroup, HfRef
+from tests.support.together import run_together
 
 
 def _record_many(who: int, n: int) -> None:
@@ -20,13 +20,8 @@ def _record_many(who: int, n: int) -> None:
 def test_pulls_finishing_at_once_keep_each_others_records(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECCHAT_CACHE", str(tmp_path / "cache" / "models"))
-    spawn = multiprocessing.get_context("spawn")  # the children read SPECCHAT_CACHE
-    pulls = [spawn.Process(target=_record_many, args=(who, 40)) for who in range(3)]
-    for pull in pulls:
-        pull.start()
-    for pull in pulls:
-        pull.join(timeout=120)
-    assert [p.exitcode for p in pulls] == [0, 0, 0]
+    # the processes read SPECCHAT_CACHE from the environment they start with
+    assert run_together(_record_many, [(who, 40) for who in range(3)]) == [0, 0, 0]
     records = load_records()
     assert len(records) == 120
     assert records[HfRef("org/model-2-39-GGUF", "Q4_K_M").key]["files"] == ["model-2-39.gguf"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from specchat.settings import file as config
 from specchat.settings import schema as options
 from specchat.settings.load import LoadSettings
 from specchat.settings.schema import BY_NAME, NO_DRAFT, OptionError
+from tests.support.together import run_together
 
 
 def test_every_option_is_declared_once_with_a_valid_default() -> None:
@@ -143,14 +143,8 @@ def _save_many(path: str, option: str, n: int) -> None:
 
 def test_settings_saved_at_once_by_several_processes_are_all_kept(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
-    spawn = multiprocessing.get_context("spawn")
     names = ("seed", "top_k", "max_tokens", "repeat_last_n")
-    savers = [spawn.Process(target=_save_many, args=(str(path), name, 80)) for name in names]
-    for saver in savers:
-        saver.start()
-    for saver in savers:
-        saver.join(timeout=120)
-    assert [s.exitcode for s in savers] == [0, 0, 0, 0]
+    assert run_together(_save_many, [(str(path), name, 80) for name in names]) == [0] * 4
     assert config.read_config(path).base == dict.fromkeys(names, 80)
 
 def test_save_settings_keeps_comments_and_profiles(tmp_path: Path) -> None:
