@@ -141,11 +141,8 @@ def save_settings(values: Mapping[str, Any], path: Path | None = None) -> Path:
     Read, changed and written with its directory locked: two saves at the same moment (two
     chats' /save-settings) each change the file as the other left it, never an older copy."""
     path = path or config_file()
-    try:
-        with fileio.locked_directory(path.parent):
-            return _save_settings(values, path)
-    except fileio.FileIOError as exc:
-        raise UsageError(str(exc)) from None
+    with fileio.locked_directory(path.parent):  # FileIOError, as a failed write raises
+        return _save_settings(values, path)
 
 
 def _save_settings(values: Mapping[str, Any], path: Path) -> Path:
