@@ -449,7 +449,6 @@ def locked(path: Path, *, wait: bool, private: bool = True) -> Iterator[bool]:
         os.close(fd)  # closing drops the lock
 
 
-
 @contextlib.contextmanager
 def locked_directory(path: Path, *, private: bool = True) -> Iterator[None]:
     """An exclusive lock on the directory `path` (created if missing) for the `with` block,

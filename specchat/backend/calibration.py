@@ -221,7 +221,6 @@ def table_from(measured: dict[int, float], max_n: int = MAX_N) -> CostTable:
     return CostTable(seconds)
 
 
-
 def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],
                knobs: dict[str, object], cache: CalibrationCache, *, force: bool = False,
                budget: float | None = START_BUDGET, quiet: Quiet = ALWAYS_QUIET,
@@ -242,7 +241,6 @@ def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],
     cache.save_entry(key, {"seconds": table.seconds, "model": path.name, "when": time.time(),
                            "samples": samples.to_entry(), **origin(path, knobs, sizes)})
     return table
-
 
 
 def finished_table(path: Path, sizes: tuple[int, ...], knobs: dict[str, object],
