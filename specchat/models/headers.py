@@ -106,7 +106,7 @@ class Headers:
         try:
             with fileio.locked_directory(self.memo.parent, private=False):
                 merged = {**_load(self.memo),
-                          **{p: self.entries[p] for p in self.changed if p in self.entries}}
+                          **{p: self.entries[p] for p in self.changed}}
                 kept = {p: e for p, e in merged.items() if os.path.exists(p)}
                 fileio.atomic_write(self.memo, json.dumps({"version": VERSION, "files": kept}),
                                     private=False)
