@@ -1,7 +1,8 @@
 """benchmarks/ holds only research scripts a document quotes: benchmarks/README.md lists every
 one with what it measures and the documents that quote it, each script's docstring starts with
 that same line, and each listed document does quote the script. A module that is not a script
-(what several scripts share) is named in the README and imported by a script."""
+(what several scripts share) is named in the README and imported by a script. The held-out
+inputs are files the bench reads, and share nothing with the built-in sets."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import re
 from pathlib import Path
 
 import pytest
+
+from specchat.bench.prompts import categories_of, load_prompts
+from specchat.bench.sessions import load_sessions
 
 REPO = Path(__file__).resolve().parent.parent
 FOLDER = REPO / "benchmarks"
@@ -77,3 +81,13 @@ def test_no_script_shares_a_name_with_a_module_of_specchat_bench() -> None:
     # sweep.py is the one exception: it prints specchat/bench/sweep.py's results, the same
     # thing under the same name.
     assert bench.isdisjoint(SCRIPTS)
+
+
+def test_the_held_out_inputs_are_files_the_bench_reads() -> None:
+    prompts = load_prompts(FOLDER / "heldout_prompts.jsonl")
+    builtin = load_prompts(None)
+    assert len(prompts) == 19 and categories_of(prompts) == categories_of(builtin)
+    assert not {p.text for p in prompts} & {p.text for p in builtin}  # held out, not copies
+    sessions = load_sessions(FOLDER / "heldout_sessions.jsonl")
+    assert [len(s.requests) for s in sessions] == [5, 5, 4]
+    assert not {s.name for s in sessions} & {s.name for s in load_sessions(None)}
