@@ -24,6 +24,7 @@ ROOT = REPO / "specchat"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("specchat", "specchat.errors", "specchat.paths"),
     ("specchat.fileio",),
+    ("specchat.fileread",),
     ("specchat.engine",),
     ("specchat.llm",),
     ("specchat.models",),

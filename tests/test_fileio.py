@@ -97,21 +97,3 @@ def test_ensure_private_tightens_old_files(tmp_path: Path) -> None:
     os.chmod(old, 0o644)
     fileio.ensure_private(old)
     assert mode(old) == 0o600
-
-
-def test_a_reader_refused_a_fifo_learns_its_kind_and_a_link_is_refused_when_asked(
-        tmp_path: Path) -> None:
-    fifo = tmp_path / "pipe"
-    os.mkfifo(fifo)
-    with pytest.raises(fileio.NotRegularFile) as refused:
-        fileio.open_regular(fifo)  # returns at once: opened without blocking
-    assert refused.value.kind == "a FIFO"
-    assert str(refused.value) == f"cannot read {fifo}: is a FIFO, not a regular file"
-    real = tmp_path / "real"
-    real.write_bytes(b"data")
-    link = tmp_path / "link"
-    link.symlink_to(real)
-    with fileio.open_regular(link) as f:
-        assert f.read() == b"data"
-    with pytest.raises(FileIOError, match="too many levels of symbolic links"):
-        fileio.open_regular(link, follow=False)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from specchat import fileio
+from specchat import fileio, fileread
 from specchat.engine.cost import CostTable
 from specchat.fileio import FileIOError
 
@@ -73,7 +73,7 @@ class CalibrationCache:
         """The whole file as a dict; {} for a missing, unreadable or corrupt one (bounded:
         a device or a FIFO in its place is not read)."""
         try:
-            data = json.loads(fileio.read_limited(self.path, fileio.SETTINGS_LIMIT))
+            data = json.loads(fileread.read_limited(self.path, fileread.SETTINGS_LIMIT))
         except (OSError, FileIOError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}

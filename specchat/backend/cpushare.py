@@ -17,7 +17,8 @@ import fcntl
 import os
 from pathlib import Path
 
-from specchat.fileio import FileIOError, locked, make_dirs, open_regular
+from specchat.fileio import FileIOError, locked, make_dirs
+from specchat.fileread import open_regular
 from specchat.llm.ggml import default_threads
 from specchat.paths import cpu_share_dir
 

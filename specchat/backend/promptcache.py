@@ -30,7 +30,8 @@ import numpy as np
 
 from specchat.engine.protocol import common_prefix
 from specchat.errors import SpecchatError
-from specchat.fileio import Buffer, FileIOError, atomic_write, make_dirs, open_regular
+from specchat.fileio import Buffer, FileIOError, atomic_write, make_dirs
+from specchat.fileread import open_regular
 
 MAGIC = b"SPECCHAT-KV1"
 SUFFIX = ".kv"

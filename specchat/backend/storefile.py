@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from specchat import fileio
+from specchat import fileio, fileread
 from specchat.engine.suffix import SEP, Segment, build_index
 
 MAGIC = b"SPCHDRF1"
@@ -135,10 +135,10 @@ def load(path: Path, k: int, vocab: str) -> Found:
         if not stat.S_ISREG(mode):
             return Found(None, f"is {fileio.file_kind(mode)}, not a segment file")
         # Checked again on the open fd: a FIFO or a link put here after the lstat is refused.
-        f = fileio.open_regular(path, follow=False)
+        f = fileread.open_regular(path, follow=False)
     except FileNotFoundError:
         return Found(None)
-    except fileio.NotRegularFile as exc:
+    except fileread.NotRegularFile as exc:
         return Found(None, f"is {exc.kind}, not a segment file")
     except fileio.FileIOError as exc:
         return Found(None, f"cannot be read now ({exc.reason})")

@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specchat import fileio
+from specchat import fileio, fileread
 from specchat.backend.calibration import DRAFT_SIZES, TARGET_SIZES, table_from
 from specchat.engine.auto import AutoState
 from specchat.engine.cost import MAX_N, CostTable
@@ -97,7 +97,7 @@ def load(value: str) -> CostProfile:
     path = Path(value)
     if os.path.lexists(path):  # a file of that name goes first, whatever it is
         try:
-            data = json.loads(fileio.read_text(path, fileio.SETTINGS_LIMIT))
+            data = json.loads(fileread.read_text(path, fileread.SETTINGS_LIMIT))
         except FileNotFoundError:
             raise UsageError(f"{path}: a link to no file; give a cost profile file or a "
                              "built-in name") from None

@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specchat import fileio
+from specchat import fileio, fileread
 from specchat.engine.options import Structure
 from specchat.errors import UsageError
 from specchat.llm.shapes import ShapeError, schema_text
@@ -50,7 +50,7 @@ def read_input(path: Path, kind: str, *, flag: str = "", missing: str = "") -> s
     usage line naming the file (and its `flag`) and what `kind` of file it should be."""
     label = f"{flag} " if flag else ""
     try:
-        return fileio.read_text(path, FILE_LIMIT)
+        return fileread.read_text(path, FILE_LIMIT)
     except FileNotFoundError:
         hint = f"give {kind}, {missing}" if missing else kind
         raise UsageError(f"{label}{path}: no such file ({hint})") from None

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specchat import fileio
+from specchat import fileio, fileread
 from specchat.backend.local import Runtime
 from specchat.bench.prompts import BenchPrompt
 from specchat.engine.drafters import fill_cache
@@ -171,7 +171,7 @@ def save(recording: Recording, path: Path) -> None:
 def load(path: Path) -> Recording:
     """A recording file, checked: anything malformed is one usage error naming the file."""
     try:
-        data = json.loads(fileio.read_text(path, FILE_LIMIT))
+        data = json.loads(fileread.read_text(path, FILE_LIMIT))
     except FileNotFoundError:
         raise UsageError(f"{path}: no such recording (make one with specchat bench "
                          "--record FILE)") from None

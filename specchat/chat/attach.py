@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from specchat import fileio
+from specchat import fileio, fileread
 from specchat.errors import UsageError
 
 # A sanity cap checked before reading: far beyond any context specchat can load, so the real
@@ -71,7 +71,7 @@ def read_attachment(name: str, stdin: BinaryIO | None = None) -> Attachment:
     try:
         # Bounded, and never a device: `-f` on a link to /dev/zero is refused at once. Pipes
         # are taken (`-f <(git diff)`), up to the same limit.
-        data = fileio.read_limited(path, MAX_BYTES, pipes=True)
+        data = fileread.read_limited(path, MAX_BYTES, pipes=True)
     except FileNotFoundError:
         raise UsageError(f"{name}: no such file") from None
     except fileio.FileIOError as exc:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specchat import fileio
+from specchat import fileio, fileread
 from specchat.chat.conversation import Conversation
 from specchat.errors import UsageError
 from specchat.paths import conversations_dir
@@ -32,7 +32,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     """All complete records of a file; a torn or garbled line (a crash mid-write) is skipped
     and named on stderr, so a damaged file is noticed without losing the rest of it."""
     try:
-        raw = fileio.read_limited(path, CONVERSATION_LIMIT)
+        raw = fileread.read_limited(path, CONVERSATION_LIMIT)
     except FileNotFoundError:
         raise UsageError(f"no conversation file at {path}") from None
     except fileio.FileIOError as exc:
@@ -126,7 +126,7 @@ class PrivateChatLog(ChatLog):
 def has_records(path: Path) -> bool:
     """True when `path` holds at least one complete record (a 0-byte file holds none)."""
     try:  # never opened blocking: a FIFO under a conversation's name is no conversation
-        first = fileio.read_head(path, FIRST_LINE_LIMIT).split(b"\n", 1)[0]
+        first = fileread.read_head(path, FIRST_LINE_LIMIT).split(b"\n", 1)[0]
     except (OSError, fileio.FileIOError):
         return False
     try:

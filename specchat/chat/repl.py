@@ -28,7 +28,7 @@ from prompt_toolkit.input import Input
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.output import Output
 
-from specchat import fileio
+from specchat import fileio, fileread
 from specchat.chat import ending
 from specchat.chat.commands import COMMANDS, ExitChat, dispatch, is_command, lookup
 from specchat.chat.session import ChatSession
@@ -137,7 +137,7 @@ class KeptInputLines(FileHistory):
         """prompt-toolkit's format: each entry's lines after a "+", entries apart; newest
         first."""
         try:
-            raw = fileio.read_limited(self.path, self.LIMIT)
+            raw = fileread.read_limited(self.path, self.LIMIT)
         except (OSError, FileIOError) as exc:
             self.problem = str(exc)
             return []

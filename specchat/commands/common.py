@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from specchat import fileio
+from specchat import fileio, fileread
 from specchat.chat.attach import MAX_BYTES
 from specchat.engine.options import GenerationOptions
 from specchat.errors import UsageError
@@ -65,7 +65,7 @@ def read_piped() -> bytes:
     """The prompt piped on stdin, at most what one attachment may be (`ask < /dev/zero` is
     one line, not all the memory); a larger one is a usage error saying what to do."""
     try:
-        return fileio.read_stream(sys.stdin.buffer, MAX_BYTES, "stdin")
+        return fileread.read_stream(sys.stdin.buffer, MAX_BYTES, "stdin")
     except fileio.FileIOError as exc:
         raise UsageError(f"{exc}: a prompt is at most that; pipe the part that matters "
                          "(head -c, grep, a diff of fewer files)") from None

@@ -91,7 +91,8 @@ def _drafting(settings: Settings) -> tuple[LoadSettings, Path | None]:
 def _key_file(name: str | None) -> tuple[str, ...]:
     """The API keys in --api-key-file, one a line (blank lines and # comments skipped);
     a key is never shown in an error, not even a wrong one."""
-    from specchat.fileio import FileIOError, read_limited
+    from specchat.fileio import FileIOError
+    from specchat.fileread import read_limited
     from specchat.settings.schema import BY_NAME
 
     if name is None:

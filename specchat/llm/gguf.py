@@ -10,7 +10,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from specchat import fileio
+from specchat import fileio, fileread
 from specchat.errors import ModelError
 from specchat.llm.vocab import VocabPrint
 
@@ -30,7 +30,7 @@ def check_gguf_file(path: Path) -> Path:
         kind = "a folder" if stat.S_ISDIR(mode) else fileio.file_kind(mode)
         raise ModelError(f"{path} is {kind}, not a model file; give a path to a .gguf file")
     try:
-        magic = fileio.read_head(path, len(GGUF_MAGIC))
+        magic = fileread.read_head(path, len(GGUF_MAGIC))
     except (OSError, fileio.FileIOError) as exc:  # gone or replaced since the stat
         why = fileio.describe(exc) if isinstance(exc, OSError) else exc.reason
         raise ModelError(f"cannot read model file {path}: {why}") from None
@@ -66,7 +66,7 @@ def content_fingerprint(path: Path) -> str:
     that happens to miss every sampled block still changes the key.
     """
     digest = hashlib.sha256()
-    with fileio.open_regular(path) as handle:  # a FIFO in the model's place cannot hang us
+    with fileread.open_regular(path) as handle:  # a FIFO in the model's place cannot hang us
         st = os.fstat(handle.fileno())
         digest.update(f"{st.st_size}|{st.st_dev}|{st.st_ino}|{st.st_ctime_ns}|".encode())
         digest.update(handle.read(HEAD_BYTES))

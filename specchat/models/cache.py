@@ -21,7 +21,7 @@ import os
 import shutil
 from pathlib import Path
 
-from specchat import fileio
+from specchat import fileio, fileread
 from specchat.llm.gguf import check_gguf_file
 from specchat.models.presets import Preset
 from specchat.paths import model_cache_dir
@@ -82,7 +82,7 @@ def _upgrade_old_sidecar(path: Path, size: int) -> bool:
 
 def _sidecar_lines(path: Path) -> list[str]:
     try:
-        return fileio.read_text(sidecar_path(path), fileio.SETTINGS_LIMIT).splitlines()
+        return fileread.read_text(sidecar_path(path), fileread.SETTINGS_LIMIT).splitlines()
     except (OSError, fileio.FileIOError):  # a FIFO or a device there records nothing
         return []
 
@@ -162,7 +162,7 @@ def check_gguf(path: Path) -> Path:
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     digest = hashlib.sha256()
-    with fileio.open_regular(path) as handle:
+    with fileread.open_regular(path) as handle:
         while block := handle.read(chunk):
             digest.update(block)
     return digest.hexdigest()

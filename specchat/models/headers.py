@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specchat import fileio
+from specchat import fileio, fileread
 from specchat.errors import ModelError, SpecchatError
 from specchat.llm.gguf import GgufSummary
 from specchat.llm.vocab import VocabPrint
@@ -121,7 +121,7 @@ def _stamp(path: Path) -> str:
 
 def _load(memo: Path) -> dict[str, Any]:
     try:
-        data = json.loads(fileio.read_limited(memo, MEMO_LIMIT))
+        data = json.loads(fileread.read_limited(memo, MEMO_LIMIT))
     except (OSError, ValueError, fileio.FileIOError):
         return {}
     if not isinstance(data, dict) or data.get("version") != VERSION:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from specchat import fileio
+from specchat import fileio, fileread
 from specchat.errors import UsageError
 from specchat.models.hfref import GgufGroup, HfRef, available_quants, choose, group_files
 from specchat.paths import hub_cache_dir, hub_records_file
@@ -51,7 +51,7 @@ def snapshots(repo: str, revision: str) -> list[Path]:
 
 def _read_ref(root: Path, revision: str) -> str | None:
     try:
-        return fileio.read_text(root / "refs" / revision, REF_LIMIT).strip()
+        return fileread.read_text(root / "refs" / revision, REF_LIMIT).strip()
     except (OSError, fileio.FileIOError):  # a FIFO or a device there is no commit either
         return None
 
@@ -117,7 +117,7 @@ def _recorded(ref: HfRef) -> Path | None:
 
 def load_records() -> dict[str, object]:
     try:
-        data = json.loads(fileio.read_text(hub_records_file(), fileio.SETTINGS_LIMIT))
+        data = json.loads(fileread.read_text(hub_records_file(), fileread.SETTINGS_LIMIT))
     except (OSError, ValueError, RecursionError, fileio.FileIOError):
         return {}
     return data if isinstance(data, dict) else {}

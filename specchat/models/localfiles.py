@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.errors import UsageError
-from specchat.fileio import FileIOError, NotRegularFile, describe, open_regular
+from specchat.fileio import FileIOError, describe
+from specchat.fileread import NotRegularFile, open_regular
 from specchat.llm.gguf import GGUF_MAGIC, gguf_parts
 
 # safetensors starts with an 8-byte header length, then the JSON header itself.

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from specchat import fileio
+from specchat import fileio, fileread
 from specchat.models.localfiles import (
     LocalModel,
     LocalSourceError,
@@ -108,7 +108,7 @@ def _model_blob(root: Path, manifest: Path, what: str) -> tuple[Path, int]:
     """The model layer's blob named by `manifest`, checked: (path, size)."""
     inside(root, manifest, what)
     try:
-        data = json.loads(fileio.read_limited(manifest, MANIFEST_LIMIT))
+        data = json.loads(fileread.read_limited(manifest, MANIFEST_LIMIT))
     except fileio.FileIOError as exc:
         raise LocalSourceError(f"{what}: manifest {manifest} {exc.reason}") from None
     except (OSError, ValueError):

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from specchat.errors import UsageError
-from specchat.fileio import SETTINGS_LIMIT, FileIOError, read_limited
+from specchat.fileio import FileIOError
+from specchat.fileread import SETTINGS_LIMIT, read_limited
 from specchat.models.hfref import parse_ref
 from specchat.paths import user_models_file
 

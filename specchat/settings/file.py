@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specchat import fileio
+from specchat import fileio, fileread
 from specchat.errors import UsageError
 from specchat.paths import config_file
 from specchat.settings.schema import ALIASES, BY_NAME, OptionError, env_values
@@ -46,7 +46,7 @@ def read_config(path: Path | None = None) -> ConfigFile:
     """
     path = path or config_file()
     try:
-        raw = fileio.read_limited(path, fileio.SETTINGS_LIMIT)
+        raw = fileread.read_limited(path, fileread.SETTINGS_LIMIT)
     except FileNotFoundError:
         return ConfigFile(path)
     except fileio.FileIOError as exc:
@@ -149,7 +149,7 @@ def _save_settings(values: Mapping[str, Any], path: Path) -> Path:
     import tomlkit
 
     try:
-        raw = fileio.read_limited(path, fileio.SETTINGS_LIMIT)
+        raw = fileread.read_limited(path, fileread.SETTINGS_LIMIT)
     except FileNotFoundError:
         raw = b""
     except fileio.FileIOError as exc:

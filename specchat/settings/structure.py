@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specchat import fileio
+from specchat import fileio, fileread
 from specchat.engine.options import Structure
 from specchat.errors import UsageError
 from specchat.llm.lark import parse_schema
@@ -33,7 +33,7 @@ def load_schema(value: str) -> str:
     if not text.startswith("{") and text not in ("true", "false"):
         path = Path(text).expanduser()
         try:
-            text = fileio.read_limited(path, SCHEMA_FILE_LIMIT).decode("utf-8")
+            text = fileread.read_limited(path, SCHEMA_FILE_LIMIT).decode("utf-8")
         except (OSError, UnicodeDecodeError, fileio.FileIOError) as exc:
             why = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
             raise UsageError(f"schema {value!r}: cannot read it ({why}); give a file or the "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat import fileio
+from specchat import fileio, fileread
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,6 +35,6 @@ def test_dev_zero_on_stdin_is_refused_in_one_line(tmp_path: Path, command: str) 
 
 
 def test_a_stream_is_read_whole_up_to_the_limit_and_refused_past_it() -> None:
-    assert fileio.read_stream(io.BytesIO(b"x" * 10), 10, "stdin") == b"x" * 10
+    assert fileread.read_stream(io.BytesIO(b"x" * 10), 10, "stdin") == b"x" * 10
     with pytest.raises(fileio.FileIOError, match="stdin is too large"):
-        fileio.read_stream(io.BytesIO(b"x" * 11), 10, "stdin")
+        fileread.read_stream(io.BytesIO(b"x" * 11), 10, "stdin")
