@@ -1,6 +1,7 @@
 """What auto gives where verify batches cost more than its table says (docs/performance.md).
 
-    python benchmarks/price_gap.py [--profile cpu-2core-qwen1.5b] [--scale 1.09]
+    python benchmarks/price_gap.py [--profile cpu-2core-qwen1.5b] [--scale 1.09] [--learn]
+    python benchmarks/price_gap.py --profile here.json --decide other.json [--learn]
 
 Calibration keeps the fastest eval of each batch size, and the replays price steps on such
 tables. In a real answer a batch costs what it costs that time. This replays `auto` three ways
@@ -10,6 +11,11 @@ on the profile but priced with every batch of two or more tokens `--scale` times
 machine whose typical batch costs more than its fastest); and deciding on the dearer table
 too (a calibration that measured the typical cost). Each row: `auto` over `off` per
 recording, and the sessions' worst. Deterministic.
+
+`--decide FILE` instead prices on the profile and decides on another (a calibration taken at
+another moment), against deciding on the profile itself. `--learn`: the deciding table learns
+from the priced steps, as a real run's learns from timed ones (replays freeze it otherwise),
+so a row says what a wrong start costs once the run has had its say.
 """
 
 from __future__ import annotations
@@ -36,14 +42,15 @@ def dearer(profile: CostProfile, scale: float) -> CostProfile:
     return dataclasses.replace(profile, name=f"{profile.name} x{scale:g}", target=target)
 
 
-def replayed(price: CostProfile, decide: CostProfile) -> str:
+def replayed(price: CostProfile, decide: CostProfile, learn: bool = False) -> str:
     """One row: auto over off per recording and over the sessions, `decide`'s tables
-    deciding and `price`'s pricing."""
+    deciding (learning from the priced steps if `learn`) and `price`'s pricing."""
     cells = []
     for name in RECORDINGS:
-        runs = replay_modes(load_recording(name), price, [Spec.AUTO], decide=decide)
+        runs = replay_modes(load_recording(name), price, [Spec.AUTO], decide=decide,
+                            learn=learn)
         cells.append(f"{sum(r.plain_seconds for r in runs) / sum(r.seconds for r in runs):.3f}")
-    row = sweep_sessions(load_sessions_recording(), [price], decide=decide)[0]
+    row = sweep_sessions(load_sessions_recording(), [price], decide=decide, learn=learn)[0]
     worst, ratio = row.worst_session()
     cells.append(f"{row.auto_over_off[OVERALL]:.3f}, {worst} {ratio:.3f}")
     return " | ".join(cells)
@@ -53,13 +60,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="cpu-2core-qwen1.5b")
     ap.add_argument("--scale", type=float, default=1.09)
+    ap.add_argument("--decide", help="decide on this profile instead (priced on --profile)")
+    ap.add_argument("--learn", action="store_true",
+                    help="the deciding table learns from the priced steps, as in a real run")
     args = ap.parse_args(argv)
     table = load(args.profile)
-    more = dearer(table, args.scale)
+    if args.decide is not None:
+        other = load(args.decide)
+        other = dataclasses.replace(other, name=f"{other.name} ({args.decide})")
+        pairs = [(table, table), (other, table)]
+    else:
+        more = dearer(table, args.scale)
+        pairs = [(table, table), (table, more), (more, more)]
     print("| decides on | priced on | built-in | Spec-Bench | sessions, worst |")
     print("|---|---|---|---|---|")
-    for decide, price in ((table, table), (table, more), (more, more)):
-        print(f"| {decide.name} | {price.name} | {replayed(price, decide)} |")
+    for decide, price in pairs:
+        print(f"| {decide.name} | {price.name} | {replayed(price, decide, args.learn)} |")
     return 0
 
 

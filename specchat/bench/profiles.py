@@ -59,11 +59,12 @@ class ModelCosts:
         table.learn = False
         return table
 
-    def measured(self, sizes: tuple[int, ...]) -> CostTable:
+    def measured(self, sizes: tuple[int, ...], learn: bool = False) -> CostTable:
         """The table calibration would build on that machine from these sizes (it measures
-        a few and interpolates), frozen: the replay's prices never drift."""
+        a few and interpolates), frozen unless `learn`: the replay's prices never drift, and
+        a learning table takes in the priced steps as a real run's takes in timed ones."""
         table = table_from({n: self.batch(n) for n in sizes}, max(MAX_N, *sizes))
-        table.learn = False
+        table.learn = learn
         return table
 
 
@@ -75,10 +76,11 @@ class CostProfile:
     draft: ModelCosts | None
     overhead_seconds: float
 
-    def auto_state(self) -> AutoState:
+    def auto_state(self, learn: bool = False) -> AutoState:
         """What `auto` would start from on that machine: the calibration's tables (the
-        target at every size, the draft at the few sizes calibration measures)."""
-        return AutoState(target_costs=self.target.measured(TARGET_SIZES),
+        target at every size, the draft at the few sizes calibration measures); `learn`:
+        the target's learns from the steps it is shown, as in a real run."""
+        return AutoState(target_costs=self.target.measured(TARGET_SIZES, learn),
                          draft_costs=None if self.draft is None
                          else self.draft.measured(DRAFT_SIZES))
 

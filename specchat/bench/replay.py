@@ -99,7 +99,9 @@ def replay_mode(item: Recorded, recording: Recording, profile: CostProfile, spec
                 state: AutoState | None = None, draft_max: int = DRAFT_MAX) -> Run:
     """The engine's own mode (`off`, `ngram`, `draft`, `auto`) on one recorded prompt."""
     setup = Setup.of(item, recording, profile, spec, draft_max)
-    hooks = Hooks(auto=state, clock=setup.clock)
+    # A frozen table ignores what it is shown; a learning one learns as a real run's does.
+    hooks = Hooks(auto=state, clock=setup.clock,
+                  costs=None if state is None else state.target_costs)
     policy = make_policy(setup.options, setup.target,
                          setup.draft if spec.uses_draft_model else None, hooks)
     return setup.run(spec.value, policy, hooks)
@@ -152,13 +154,14 @@ def fixed(spec: Spec, k: int) -> PolicyMaker:
 
 
 def replay_modes(recording: Recording, profile: CostProfile, modes: Iterable[Spec],
-                 draft_max: int = DRAFT_MAX, decide: CostProfile | None = None) -> list[Run]:
+                 draft_max: int = DRAFT_MAX, decide: CostProfile | None = None,
+                 learn: bool = False) -> list[Run]:
     """Every prompt in every mode, priced on `profile`; `auto` keeps one state across the
     prompts, as one `specchat bench` process or a chat does, and decides on `decide`'s
-    tables where given (else on `profile`'s)."""
+    tables where given (else on `profile`'s), learning from the priced steps if `learn`."""
     runs: list[Run] = []
     for spec in modes:
-        state = (decide or profile).auto_state() if spec is Spec.AUTO else None
+        state = (decide or profile).auto_state(learn) if spec is Spec.AUTO else None
         for item in recording.items:
             runs.append(replay_mode(item, recording, profile, spec, state, draft_max))
     return runs

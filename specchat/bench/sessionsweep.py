@@ -69,11 +69,12 @@ def _renumbered(requests: list[Request], eog: frozenset[int]) -> list[Renumbered
 
 
 def replay_session(requests: list[Request], recording: rec.Recording, profile: CostProfile,
-                   draft_max: int = DRAFT_MAX, decide: CostProfile | None = None
-                   ) -> list[tuple[float, float]]:
+                   draft_max: int = DRAFT_MAX, decide: CostProfile | None = None,
+                   learn: bool = False) -> list[tuple[float, float]]:
     """Every request of one session under `auto`, in order: (auto's seconds, off's) each.
     Priced on `profile`; `auto` decides on `decide`'s tables where given (what a machine
-    whose real costs differ from its calibration does), else on the same."""
+    whose real costs differ from its calibration does), else on the same; with `learn`,
+    each request's table learns from its priced steps, as each `ask` process's does."""
     segments: list[Segment] = []
     learnt: dict[str, dict[str, list[float]]] = {}
     out = []
@@ -84,12 +85,12 @@ def replay_session(requests: list[Request], recording: rec.Recording, profile: C
                              branches=TREE_BRANCHES)
         draft = None if profile.draft is None or data.draft is None else StandIn(
             data.draft, n, data, profile.draft, clock, "draft", data.draft_p)
-        state = (decide or profile).auto_state()
+        state = (decide or profile).auto_state(learn)
         state.import_acceptance(learnt)
         store = SuffixIndex(list(segments), data.n_vocab)
         options = GenerationOptions(max_tokens=recording.max_tokens, spec=Spec.AUTO,
                                     draft_max=draft_max)
-        hooks = Hooks(clock=clock, auto=state, store=store)
+        hooks = Hooks(clock=clock, auto=state, store=store, costs=state.target_costs)
         run_answer(target, data.prompt, options, make_policy(options, target, draft, hooks),
                    hooks, data.answer, f"{request.item.question_id} under auto")
         learnt = state.export_acceptance()
@@ -113,15 +114,16 @@ class SessionsRow:
 
 
 def sweep_sessions(recording: rec.Recording, profiles: Iterable[CostProfile],
-                   draft_max: int = DRAFT_MAX, decide: CostProfile | None = None
-                   ) -> list[SessionsRow]:
+                   draft_max: int = DRAFT_MAX, decide: CostProfile | None = None,
+                   learn: bool = False) -> list[SessionsRow]:
     sessions = sessions_of(recording)
     rows = []
     for profile in profiles:
         row = SessionsRow(profile.name)
         total = [0.0, 0.0]
         for name, requests in sessions.items():
-            timed = replay_session(requests, recording, profile, draft_max, decide)[1:]
+            timed = replay_session(requests, recording, profile, draft_max, decide,
+                                   learn)[1:]
             auto, plain = sum(t[0] for t in timed), sum(t[1] for t in timed)
             row.auto_over_off[name] = plain / auto
             total[0] += auto

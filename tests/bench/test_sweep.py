@@ -202,6 +202,28 @@ def test_a_prompts_replay_decides_on_one_table_and_is_priced_on_another() -> Non
     assert [r.plain_seconds for r in misled] == [r.plain_seconds for r in own]
 
 
+def test_a_learning_table_wins_back_part_of_what_a_wrong_table_costs() -> None:
+    # A real run's table learns batch prices from the steps it times; a frozen one (every
+    # replay's default) keeps deciding on the wrong prices to the end.
+    recording = load_recording("builtin")
+    flat, steep = synthetic(0.1, 0.1), synthetic(0.75, 0.1)
+    own = sum(r.seconds for r in replay_modes(recording, steep, [Spec.AUTO]))
+    assert sum(r.seconds for r in replay_modes(recording, steep, [Spec.AUTO],
+                                               learn=True)) == pytest.approx(own, rel=0.02)
+    frozen = sum(r.seconds for r in replay_modes(recording, steep, [Spec.AUTO], decide=flat))
+    learnt = sum(r.seconds for r in replay_modes(recording, steep, [Spec.AUTO], decide=flat,
+                                                 learn=True))
+    assert own < learnt < frozen
+    # A session's requests are one process each, every one starting from the cached table:
+    # within one answer that drafts on nearly every step there are too few plain steps to
+    # relearn the shape from, so here learning changes the steps, not the verdict.
+    requests = sessions_of(load_sessions_recording())["sql-shop"]
+    misled = replay_session(requests, load_sessions_recording(), steep, decide=flat)
+    relearnt = replay_session(requests, load_sessions_recording(), steep, decide=flat,
+                              learn=True)
+    assert relearnt != misled
+
+
 def test_auto_on_the_recorded_sessions_is_never_slower_than_off_on_any_shape() -> None:
     # `specchat bench --sessions` as a priced replay: each request a fresh process with a
     # cold draft model, the drafting store holding the earlier requests, from the second on.
