@@ -99,9 +99,7 @@ def replay_mode(item: Recorded, recording: Recording, profile: CostProfile, spec
                 state: AutoState | None = None, draft_max: int = DRAFT_MAX) -> Run:
     """The engine's own mode (`off`, `ngram`, `draft`, `auto`) on one recorded prompt."""
     setup = Setup.of(item, recording, profile, spec, draft_max)
-    # A frozen table ignores what it is shown; a learning one learns as a real run's does.
-    hooks = Hooks(auto=state, clock=setup.clock,
-                  costs=None if state is None else state.target_costs)
+    hooks = Hooks(auto=state, clock=setup.clock)
     policy = make_policy(setup.options, setup.target,
                          setup.draft if spec.uses_draft_model else None, hooks)
     return setup.run(spec.value, policy, hooks)

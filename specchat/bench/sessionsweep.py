@@ -90,7 +90,7 @@ def replay_session(requests: list[Request], recording: rec.Recording, profile: C
         store = SuffixIndex(list(segments), data.n_vocab)
         options = GenerationOptions(max_tokens=recording.max_tokens, spec=Spec.AUTO,
                                     draft_max=draft_max)
-        hooks = Hooks(clock=clock, auto=state, store=store, costs=state.target_costs)
+        hooks = Hooks(clock=clock, auto=state, store=store)
         run_answer(target, data.prompt, options, make_policy(options, target, draft, hooks),
                    hooks, data.answer, f"{request.item.question_id} under auto")
         learnt = state.export_acceptance()

@@ -4,7 +4,6 @@ place that knows every policy and drafter. engine/loop.py runs whatever policy i
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
@@ -38,6 +37,11 @@ class Hooks(LoopHooks):
     # (engine/textdraft.py). None: the draft shares the target's vocabulary.
     vocabs: TextVocabs | None = None
 
+    def __post_init__(self) -> None:
+        # Every step teaches `auto`'s verify costs unless the caller lends a table of its own.
+        if self.costs is None and self.auto is not None:
+            object.__setattr__(self, "costs", self.auto.target_costs)
+
 
 def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOptions, *,
              draft: LogitsModel | None = None,
@@ -50,8 +54,6 @@ def generate(target: LogitsModel, prompt: Sequence[int], options: GenerationOpti
     """
     tokens = checked(prompt)
     policy = make_policy(options, target, draft, hooks)
-    if hooks.costs is None and hooks.auto is not None:
-        hooks = dataclasses.replace(hooks, costs=hooks.auto.target_costs)
     return generate_with(target, tokens, options, policy, hooks)
 
 
