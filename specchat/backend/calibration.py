@@ -31,7 +31,9 @@ from specchat.backend.calibrationfile import (
     origin,
     table_of,
 )
+from specchat.backend.runshape import RUNS, run_ratios, runs_of, settled_shape, with_run
 from specchat.engine.cost import MAX_N, CostTable
+from specchat.engine.policy import Step
 from specchat.engine.protocol import LogitsModel
 from specchat.fileio import FileIOError
 
@@ -98,6 +100,44 @@ class Quiet:
 
 
 ALWAYS_QUIET = Quiet(1, enabled=False)
+# A step heard more than GAP times its own draft and verify time (plus GAP_SLACK seconds)
+# after the one before follows a pause (between answers, a prefill): it is not judged. A run
+# with more than LOADED_SHARE of its judged steps loaded, or fewer than MIN_JUDGED judged,
+# is not steady.
+GAP = 2.0
+GAP_SLACK = 0.005
+LOADED_SHARE = 0.1
+MIN_JUDGED = 8
+
+
+@dataclass
+class QuietSteps:
+    """Whether a run's steps had their cores: the Quiet check on each step, its process CPU
+    time over the wall time since the step before (what llama.cpp's threads got while it
+    ran), heard after every step (LoopHooks.on_step). Other processes on the cores, or the
+    thread governor running fewer threads than configured, show as loaded steps."""
+
+    quiet: Quiet
+    clock: Callable[[], float] = time.perf_counter
+    cpu_clock: Callable[[], float] = time.process_time
+    judged: int = 0
+    loaded: int = 0
+    marks: tuple[float, float] | None = field(default=None, repr=False)  # (wall, cpu) then
+
+    def __call__(self, step: Step) -> None:
+        wall, cpu = self.clock(), self.cpu_clock()
+        last, self.marks = self.marks, (wall, cpu)
+        if last is None:
+            return
+        spent = wall - last[0]
+        if spent <= 0 or spent > GAP * (step.verify_seconds + step.draft_seconds) + GAP_SLACK:
+            return
+        self.judged += 1
+        self.loaded += not self.quiet(spent, cpu - last[1])
+
+    def steady(self) -> bool:
+        """Enough steps judged, nearly all of them quiet."""
+        return self.judged >= MIN_JUDGED and self.loaded <= LOADED_SHARE * self.judged
 
 
 @dataclass
@@ -238,8 +278,11 @@ def cost_table(model: LogitsModel, path: Path, sizes: tuple[int, ...],
     sample_costs(model, sizes, samples, budget=None if force else budget, quiet=quiet)
     table = samples.table(sizes)
     assert table is not None  # at least one size was measured
-    cache.save_entry(key, {"seconds": table.seconds, "model": path.name, "when": time.time(),
-                           "samples": samples.to_entry(), **origin(path, knobs, sizes)})
+    entry = {"seconds": table.seconds, "model": path.name, "when": time.time(),
+             "samples": samples.to_entry(), **origin(path, knobs, sizes)}
+    # What runs saw is kept through a new measurement: it is there to outvote one.
+    cache.update(key, lambda old: {**entry, RUNS: old[RUNS]}
+                 if isinstance(old, dict) and RUNS in old else entry)
     return table
 
 
@@ -247,21 +290,27 @@ def finished_table(path: Path, sizes: tuple[int, ...], knobs: dict[str, object],
                    cache: CalibrationCache) -> CostTable | None:
     """The cached table for this model file and machine when every size is final (nothing
     is measured here); None while any is not. One read of the cache file."""
-    entry = cache.load_entry(machine_key(path, knobs))
+    return table_in_force(cache.load_entry(machine_key(path, knobs)), sizes)
+
+
+def table_in_force(entry: object, sizes: tuple[int, ...]) -> CostTable | None:
+    """The table a calibration entry gives `auto` once every size is final, else None."""
     samples, cached = Samples.from_entry(entry), table_of(entry)
     if cached is None or not samples.finished(sizes):
         return None
-    return _measured_shape(samples, sizes, cached)
+    return _measured_shape(samples, sizes, cached, runs_of(entry))
 
 
-def _measured_shape(samples: Samples, sizes: tuple[int, ...], cached: CostTable) -> CostTable:
+def _measured_shape(samples: Samples, sizes: tuple[int, ...], cached: CostTable,
+                    runs: dict[int, list[float]]) -> CostTable:
     """The cached table's plain step (rescaled when a run saw the machine drift) with the
-    shape of the samples measured for it: older versions wrote back the shape a run had
-    learnt, on a loaded machine too, and it stayed in every later start."""
+    shape of the samples measured for it, where enough runs saw a size, settled by what they
+    saw (runshape.py). Not a shape a run learnt: older versions wrote that back, on a loaded
+    machine too, and it stayed in every later start."""
     measured = samples.table(sizes)
     if measured is None:
         return cached
-    return CostTable.from_ratios(cached.cost(1), measured.shape)
+    return CostTable.from_ratios(cached.cost(1), settled_shape(measured.shape, runs))
 
 
 def save_if_drifted(table: CostTable, path: Path, knobs: dict[str, object],
@@ -276,6 +325,18 @@ def save_if_drifted(table: CostTable, path: Path, knobs: dict[str, object],
                    origin(path, knobs, TARGET_SIZES))
     except FileIOError:
         return False
+    return True
+
+
+def save_run_shape(table: CostTable, path: Path, knobs: dict[str, object],
+                   cache: CalibrationCache) -> bool:
+    """Append what this run's batches cost beside their plain steps to the calibration
+    entry (runshape.py; the caller leaves out a loaded run); best effort, as
+    save_if_drifted."""
+    ratios = run_ratios(table.paired)
+    if not ratios:
+        return False
+    cache.update(machine_key(path, knobs), lambda old: with_run(old, ratios))  # never raises
     return True
 
 

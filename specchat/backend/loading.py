@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specchat.backend.base import RuntimeInfo
+from specchat.backend.calibration import QuietSteps
 from specchat.backend.cpushare import CpuShare
 from specchat.backend.draftstore import open_store
 from specchat.backend.flashattn import choice
@@ -20,6 +21,7 @@ from specchat.backend.tuning import (
     Calibration,
     Tuned,
     flash_attn_for,
+    machine_quiet,
     measured_auto_state,
     plain_step_reference,
     thread_governor,
@@ -268,8 +270,10 @@ def _tune(runtime: Runtime, tuned: Tuned) -> None:
     """What `auto` decides with, and the thread governor (both measured once, cached)."""
     runtime.tuned = tuned
     auto = None
+    steps = QuietSteps(machine_quiet(tuned.settings))
+    runtime.steps_heard = steps
     if wants_auto_costs(tuned.settings, runtime.speculation_allowed):
-        runtime.auto, closers = measured_auto_state(tuned)
+        runtime.auto, closers = measured_auto_state(tuned, steady=steps.steady)
         runtime.closers[:0] = closers  # run before the models close
         auto = runtime.auto
     share = CpuShare()

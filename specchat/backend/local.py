@@ -38,6 +38,7 @@ from specchat.engine.constraint import Constraint
 from specchat.engine.events import Event, Finished
 from specchat.engine.loop import Restore
 from specchat.engine.options import GenerationOptions, Spec
+from specchat.engine.policy import StepListener, each_step
 from specchat.engine.protocol import LogitsModel, common_prefix
 from specchat.engine.stats import Stats
 from specchat.engine.textdraft import TextVocabs
@@ -93,6 +94,7 @@ class Runtime(Backend):
     prompt_cache: PromptCache | None = None  # on-disk prompt states; one-shot commands only
     governor: ThreadGovernor | None = None  # threads per step, learnt across answers
     cpu_share: CpuShare | None = None  # the other specchat processes decoding (with governor)
+    steps_heard: StepListener | None = None  # whether steps had their cores (QuietSteps)
     # Opens a runtime from settings, reusing this one's models (loading.open_runtime): what
     # switch() calls. None: built by hand, cannot switch.
     reopen: Callable[[LoadSettings, Runtime], Runtime] | None = None
@@ -116,8 +118,8 @@ class Runtime(Backend):
         store_index = None
         if self.store is not None and options.spec is Spec.AUTO:
             store_index = self.store.index(self.target.n_vocab)
-        on_step = None if self.governor is None else \
-            self.governor.step_listener(self.auto.target_costs)
+        on_step = each_step(None if self.governor is None else self.governor.step_listener(
+            self.auto.target_costs), self.steps_heard)
         hooks = Hooks(auto=self.auto, progress=progress, restore=self._restorer(draft),
                       on_step=on_step, store=store_index,
                       constraint=self._constraint(options, tools), vocabs=self.vocabs)

@@ -26,6 +26,7 @@ from specchat.backend.calibration import (
     finished_table,
     measure,
     save_if_drifted,
+    save_run_shape,
 )
 from specchat.backend.calibrationfile import CalibrationCache, machine_key
 from specchat.backend.cpushare import CpuShare
@@ -102,10 +103,12 @@ class Tuned:
     calibration: Calibration
 
 
-def measured_auto_state(tuned: Tuned, *, force: bool = False
+def measured_auto_state(tuned: Tuned, *, force: bool = False,
+                        steady: Callable[[], bool] = lambda: False
                         ) -> tuple[AutoState, list[Callable[[], None]]]:
     """Cost tables for `auto`, from the calibration file or measured now (once), and what to
-    run when the models close (write back drifted costs and learnt acceptance)."""
+    run when the models close (write back drifted costs and learnt acceptance, and what the
+    run's batches cost when `steady` says its steps had their cores: QuietSteps)."""
     settings, cal = tuned.settings, tuned.calibration
     if force and settings.flash_attn == "auto" and not tuned.target.exact:
         _confirm_flash_attn(tuned)  # an exact target keeps flash attention on (llm/exact.py)
@@ -131,15 +134,18 @@ def measured_auto_state(tuned: Tuned, *, force: bool = False
     # the priors (docs/performance.md); written back when the runtime closes.
     learnt = cal.acceptance_key(tuned.target_path, tuned.draft_path)
     state.import_acceptance(cal.cache.load_entry(learnt))
-    def save_drifted() -> None:
-        # Costs that drifted more than 20% from the cached ones during this session are kept.
+    def save_costs() -> None:
+        # A plain step that drifted more than 20% from the cached one is kept, and what the
+        # run's batches cost beside their plain steps (timings only: kept when private too).
         save_if_drifted(target, tuned.target_path, knobs, cal.cache)
+        if steady():
+            save_run_shape(target, tuned.target_path, knobs, cal.cache)
 
     def save_learnt() -> None:
         if not settings.private:  # learnt from what was asked: private writes none of it
             cal.save_quietly(learnt, state.export_acceptance())
 
-    return state, [save_drifted, save_learnt]
+    return state, [save_costs, save_learnt]
 
 
 # The most tokens a request may draft (GenerationOptions.draft_max): a draft model judged

@@ -37,6 +37,18 @@ class Step:
 StepListener = Callable[[Step], None]
 
 
+def each_step(*listeners: StepListener | None) -> StepListener | None:
+    """One listener that tells every one of `listeners` (None: left out) each step."""
+    chosen = [listener for listener in listeners if listener is not None]
+    if len(chosen) <= 1:
+        return chosen[0] if chosen else None
+
+    def hear(step: Step) -> None:
+        for listener in chosen:
+            listener(step)
+    return hear
+
+
 class DraftPolicy(Lifecycle, Protocol):
     def propose(self, context: Sequence[int], limit: int,
                 rng: np.random.Generator) -> Draft | TreeDraft:
