@@ -177,19 +177,29 @@ def _unlabelled_guesses() -> Callable[[object], list[tuple[Path, dict[str, objec
 
 def _calibration_row(entry: dict[str, Any], knobs: dict[str, object]) -> tuple[str, str]:
     """One table in force here: its settings, plain step, batch costs and how final."""
-    from specchat.backend.calibration import DRAFT_SIZES, TARGET_SIZES, Samples
+    from specchat.backend.calibration import (
+        DRAFT_SIZES,
+        TARGET_SIZES,
+        Samples,
+        table_in_force,
+    )
+    from specchat.backend.runshape import MIN_RUNS, runs_of
 
     seconds = entry["seconds"]
-    ratios = ", ".join(f"{n}:{seconds[n - 1] / seconds[0]:.2f}"
-                       for n in (2, 4, 8, 17) if n <= len(seconds))
     sizes = entry.get("sizes")
     if not (isinstance(sizes, list) and sizes and all(isinstance(n, int) for n in sizes)):
         sizes = list(TARGET_SIZES if len(seconds) <= len(TARGET_SIZES) else DRAFT_SIZES)
+    table = table_in_force(entry, tuple(sizes))
+    in_force = table.seconds if table is not None else seconds
+    ratios = ", ".join(f"{n}:{in_force[n - 1] / in_force[0]:.2f}"
+                       for n in (2, 4, 8, 17) if n <= len(in_force))
     samples = Samples.from_entry(entry)
     final = sum(1 for n in sizes if samples.final(n))
+    settled = sum(1 for seen in runs_of(entry).values() if len(seen) >= MIN_RUNS)
     return (f"calibration {entry.get('model', '?')} ({_knobs_label(knobs)})",
-            f"step {seconds[0] * 1000:.1f} ms; batch cost x step {ratios}; "
-            f"{final}/{len(sizes)} sizes final")
+            f"step {in_force[0] * 1000:.1f} ms; batch cost x step {ratios}; "
+            f"{final}/{len(sizes)} sizes final" +
+            (f"; runs settled {settled} of its sizes" if settled else ""))
 
 
 def _knobs_label(knobs: dict[str, object]) -> str:

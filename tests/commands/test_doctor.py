@@ -161,6 +161,33 @@ def test_doctor_shows_the_calibrations_in_force_and_counts_the_rest(
     assert rows["calibration elsewhere"].startswith("2 more in")
 
 
+def test_doctor_shows_the_batch_prices_runs_settled(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    from specchat.backend.calibrationfile import machine_key, origin
+    from specchat.backend.tuning import Calibration
+    from specchat.settings.load import LoadSettings
+
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    for name in ("THREADS", "N_GPU_LAYERS", "REPACK"):
+        monkeypatch.delenv(f"SPECCHAT_{name}", raising=False)
+    (tmp_path / "models").mkdir()
+    model = tmp_path / "models" / "a.gguf"
+    model.write_bytes(b"GGUF a")
+    knobs = Calibration(LoadSettings()).costs_knobs(False)
+    # Calibrated at 2 steps for a batch of 2; three runs saw 1.5.
+    entry = {"seconds": [0.03, 0.06], "model": "a.gguf", **origin(model, knobs, (1, 2)),
+             "samples": {"1": [0.03, 3, 3], "2": [0.06, 3, 3]},
+             "runs": {"2": [1.5, 1.5, 1.5]}}
+    (tmp_path / "calibration.json").write_text(json.dumps({machine_key(model, knobs): entry}))
+    main(["doctor", "--json"])
+    row = json.loads(capsys.readouterr().out)[
+        "calibration a.gguf (default threads, flash attention off)"]
+    assert row.startswith("step 30.0 ms; batch cost x step 2:1.50")
+    assert row.endswith("; 2/2 sizes final; runs settled 1 of its sizes")
+
+
 def test_a_kernel_probe_that_fails_is_named_for_every_option_it_covers(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> None:
