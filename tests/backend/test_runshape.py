@@ -172,6 +172,19 @@ def test_a_run_with_too_few_batches_beside_plain_steps_says_nothing(tmp_path: Pa
     assert run_ratios({2: [(TYPICAL_B2, STEP)] * 2}) == {}
 
 
+def test_a_run_whose_calibration_is_gone_writes_nothing(tmp_path: Path) -> None:
+    cache = CalibrationCache(tmp_path / "calibration.json")
+    _calibrated(cache)
+    table = finished_table(MODEL, TARGET_SIZES, KNOBS, cache)
+    assert table is not None
+    for n in (1, 1, 1, 2) * 4:
+        table.observe(n, STEP * (TYPICAL_B2 if n == 2 else 1.0))
+    other = CalibrationCache(tmp_path / "elsewhere.json")
+    assert not save_run_shape(table, MODEL, KNOBS, other)
+    assert not (tmp_path / "elsewhere.json").exists()
+    assert save_run_shape(table, MODEL, KNOBS, cache)
+
+
 def test_only_the_latest_runs_are_kept(tmp_path: Path) -> None:
     entry: object = {"seconds": [STEP]}
     for i in range(RUNS_KEPT + 5):
