@@ -94,16 +94,21 @@ class Quiet:
 
     threads: int
     enabled: bool = True
+    share: float = QUIET_SHARE
 
     def __call__(self, wall: float, cpu: float) -> bool:
-        return not self.enabled or wall <= 0 or cpu >= QUIET_SHARE * self.threads * wall
+        return not self.enabled or wall <= 0 or cpu >= self.share * self.threads * wall
 
 
 ALWAYS_QUIET = Quiet(1, enabled=False)
 # A step heard more than GAP times its own draft and verify time (plus GAP_SLACK seconds)
 # after the one before follows a pause (between answers, a prefill): it is not judged. A run
 # with more than LOADED_SHARE of its judged steps loaded, or fewer than MIN_JUDGED judged,
-# is not steady.
+# is not steady. A step is loaded below STEADY_SHARE: stricter than a calibration sample's
+# QUIET_SHARE, because a run's prices are kept for later starts. Real steps of the 1.5B on
+# 2 cores (docs/costs.md): quiet, 0.93 and up; beside half a core busy in bursts, 0.81-0.89
+# (plain steps 15-40% slower); beside a core held busy, about 0.5.
+STEADY_SHARE = 0.85
 GAP = 2.0
 GAP_SLACK = 0.005
 LOADED_SHARE = 0.1

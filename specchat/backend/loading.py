@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specchat.backend.base import RuntimeInfo
-from specchat.backend.calibration import QuietSteps
+from specchat.backend.calibration import STEADY_SHARE, QuietSteps
 from specchat.backend.cpushare import CpuShare
 from specchat.backend.draftstore import open_store
 from specchat.backend.flashattn import choice
@@ -270,7 +270,7 @@ def _tune(runtime: Runtime, tuned: Tuned) -> None:
     """What `auto` decides with, and the thread governor (both measured once, cached)."""
     runtime.tuned = tuned
     auto = None
-    steps = QuietSteps(machine_quiet(tuned.settings))
+    steps = QuietSteps(machine_quiet(tuned.settings, STEADY_SHARE))
     runtime.steps_heard = steps
     if wants_auto_costs(tuned.settings, runtime.speculation_allowed):
         runtime.auto, closers = measured_auto_state(tuned, steady=steps.steady)

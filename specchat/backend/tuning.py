@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from specchat.backend.calibration import (
     ALWAYS_QUIET,
     DRAFT_SIZES,
+    QUIET_SHARE,
     START_BUDGET,
     TARGET_SIZES,
     Quiet,
@@ -206,13 +207,14 @@ def thread_governor(tuned: Tuned, reference: Callable[[], tuple[float, bool]],
                           confirmed=confirmed)
 
 
-def machine_quiet(settings: LoadSettings) -> Quiet:
-    """The quiet check for samples taken with these settings (off for GPU offload)."""
+def machine_quiet(settings: LoadSettings, share: float = QUIET_SHARE) -> Quiet:
+    """The quiet check for samples taken with these settings (off for GPU offload): CPU time
+    at least `share` of the threads' wall time."""
     from specchat.llm import gpu_offload_supported
 
     gpu = settings.n_gpu_layers not in (None, 0) or (settings.n_gpu_layers is None
                                                      and gpu_offload_supported())
-    return ALWAYS_QUIET if gpu else Quiet(settings.threads or default_threads())
+    return ALWAYS_QUIET if gpu else Quiet(settings.threads or default_threads(), share=share)
 
 
 def flash_attn_for(settings: LoadSettings, calibration: Calibration, target: Path,
