@@ -31,12 +31,12 @@ MIN_RUNS = 3  # runs of a size before they outvote the calibration's ratio
 RUNS = "runs"  # the entry's key
 
 
-def run_ratios(paired: Mapping[int, Sequence[tuple[float, float]]]) -> dict[int, float]:
-    """Per batch size, the median ratio of a run's (ratio, plain step) pairs; sizes with
-    fewer than RUN_PAIRS pairs are left out."""
+def run_ratios(paired: Mapping[int, Sequence[float]]) -> dict[int, float]:
+    """Per batch size, the median of a run's ratios of a batch to the plain step before it;
+    sizes with fewer than RUN_PAIRS of them are left out."""
     out: dict[int, float] = {}
     for n, pairs in paired.items():
-        ratios = [ratio for ratio, _ in pairs if math.isfinite(ratio) and ratio > 0]
+        ratios = [ratio for ratio in pairs if math.isfinite(ratio) and ratio > 0]
         if n > 1 and len(ratios) >= RUN_PAIRS:
             out[n] = statistics.median(ratios)
     return out

@@ -74,10 +74,10 @@ class CostTable:
     reference: float = field(init=False, repr=False)  # the scale the last drift check kept
     since_check: int = field(default=0, repr=False)
     rescaled: int = 0  # how often the scale drifted past DRIFT_LIMIT (the cache is then stale)
-    # Per batch size: (its seconds over the plain step then, that plain step's seconds) of the
-    # batches taught the shape, raw, for the calibration file to follow across runs
-    # (backend/runshape.py): the learnt shape is anchored to where this run started.
-    paired: dict[int, list[tuple[float, float]]] = field(default_factory=dict, repr=False)
+    # Per batch size: its seconds over the plain step then, for the batches that taught the
+    # shape, raw, for the calibration file to follow across runs (backend/runshape.py): the
+    # learnt shape is anchored to where this run started.
+    paired: dict[int, list[float]] = field(default_factory=dict, repr=False)
     learn: bool = True  # False: a fixed table (tests and replays that price steps themselves)
 
     def __post_init__(self) -> None:
@@ -139,7 +139,7 @@ class CostTable:
             self.scale = statistics.median(fresh)
             if n > 1 and self.observed - self.plain[-1][0] <= NEAR:
                 seen = self.paired.setdefault(n, [])
-                seen.append((seconds / self.scale, self.scale))
+                seen.append(seconds / self.scale)
                 del seen[:-PAIRS_KEPT]
                 self._learn_shape(n, seconds / self.scale)
         elif len(self.samples) >= MIN_SCALE_SAMPLES:

@@ -172,7 +172,7 @@ def test_a_run_with_too_few_batches_beside_plain_steps_says_nothing(tmp_path: Pa
     for _ in range(10):
         table.observe(2, STEP * TYPICAL_B2)
     assert len(table.paired[2]) < 10
-    assert run_ratios({2: [(TYPICAL_B2, STEP)] * 2}) == {}
+    assert run_ratios({2: [TYPICAL_B2] * 2}) == {}
 
 
 def test_a_run_whose_calibration_is_gone_writes_nothing(tmp_path: Path) -> None:
