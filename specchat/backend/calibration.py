@@ -339,10 +339,11 @@ def save_run_shape(table: CostTable, path: Path, knobs: dict[str, object],
     entry (runshape.py; the caller leaves out a loaded run); best effort, as
     save_if_drifted."""
     ratios = run_ratios(table.paired)
-    key = machine_key(path, knobs)
-    if not ratios or not isinstance(cache.load_entry(key), dict):
-        return False  # nothing seen, or no calibration (the model file changed meanwhile)
-    cache.update(key, lambda old: with_run(old, ratios))  # never raises
+    if not ratios:
+        return False
+    # with_run leaves an entry that is gone (the model file changed meanwhile) as it is, and
+    # update then writes nothing; it never raises.
+    cache.update(machine_key(path, knobs), lambda old: with_run(old, ratios))
     return True
 
 

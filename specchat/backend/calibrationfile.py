@@ -98,13 +98,18 @@ class CalibrationCache:
         self.update(key, lambda _: value)
 
     def update(self, key: str, change: Callable[[object | None], object]) -> None:
-        """Store change(what key holds now) under key. Read, changed and written with the
-        directory locked: a chat and a script saving at once would otherwise each write the
-        file without the other's entry."""
+        """Store change(what key holds now) under key; nothing is written when it returns
+        what it was given. Read, changed and written with the directory locked: a chat and a
+        script saving at once would otherwise each write the file without the other's
+        entry."""
         try:
             with fileio.locked_directory(self.path.parent, private=False):
                 data = self.read()
-                data[key] = change(data.get(key))
+                old = data.get(key)
+                new = change(old)
+                if new is old:
+                    return
+                data[key] = new
                 fileio.atomic_write(self.path, json.dumps(data, indent=1), private=False)
         except (FileIOError, OSError) as exc:
             if not self.warned:

@@ -59,7 +59,8 @@ def runs_of(entry: object) -> dict[int, list[float]]:
 
 
 def with_run(entry: object, ratios: Mapping[int, float]) -> object:
-    """`entry` with this run's medians appended (unchanged when it is not a calibration)."""
+    """`entry` with this run's medians appended; `entry` itself when it is not a
+    calibration (CalibrationCache.update then writes nothing)."""
     if not isinstance(entry, dict):
         return entry
     runs = runs_of(entry)

@@ -183,9 +183,12 @@ def test_a_run_whose_calibration_is_gone_writes_nothing(tmp_path: Path) -> None:
     for n in (1, 1, 1, 2) * 4:
         table.observe(n, STEP * (TYPICAL_B2 if n == 2 else 1.0))
     other = CalibrationCache(tmp_path / "elsewhere.json")
-    assert not save_run_shape(table, MODEL, KNOBS, other)
-    assert not (tmp_path / "elsewhere.json").exists()
-    assert save_run_shape(table, MODEL, KNOBS, cache)
+    other.save_entry("another-model", {"seconds": [STEP]})
+    before = (tmp_path / "elsewhere.json").read_bytes()
+    save_run_shape(table, MODEL, KNOBS, other)
+    assert (tmp_path / "elsewhere.json").read_bytes() == before  # no null entry written
+    save_run_shape(table, MODEL, KNOBS, cache)
+    assert runs_of(cache.load_entry(machine_key(MODEL, KNOBS)))[2] == [TYPICAL_B2]
 
 
 def test_only_the_latest_runs_are_kept(tmp_path: Path) -> None:
