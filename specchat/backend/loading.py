@@ -270,9 +270,9 @@ def _tune(runtime: Runtime, tuned: Tuned) -> None:
     """What `auto` decides with, and the thread governor (both measured once, cached)."""
     runtime.tuned = tuned
     auto = None
-    steps = QuietSteps(machine_quiet(tuned.settings, STEADY_SHARE))
-    runtime.steps_heard = steps
     if wants_auto_costs(tuned.settings, runtime.speculation_allowed):
+        steps = QuietSteps(machine_quiet(tuned.settings, STEADY_SHARE))
+        runtime.steps_heard = steps  # only `auto`'s prices are kept from a run
         runtime.auto, closers = measured_auto_state(tuned, steady=steps.steady)
         runtime.closers[:0] = closers  # run before the models close
         auto = runtime.auto
