@@ -112,6 +112,14 @@ def test_doctor_says_where_the_drafting_store_is_and_how_big(
     assert "1 answers" in row and " MB" in row
 
 
+def _calibration_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """specchat's files under tmp_path (models/ made), load settings from no environment."""
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    for name in ("THREADS", "N_GPU_LAYERS", "REPACK"):
+        monkeypatch.delenv(f"SPECCHAT_{name}", raising=False)
+    (tmp_path / "models").mkdir()
+
+
 def test_doctor_shows_the_calibrations_in_force_and_counts_the_rest(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> None:
@@ -121,10 +129,7 @@ def test_doctor_shows_the_calibrations_in_force_and_counts_the_rest(
     from specchat.backend.tuning import Calibration
     from specchat.settings.load import LoadSettings
 
-    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
-    for name in ("THREADS", "N_GPU_LAYERS", "REPACK"):
-        monkeypatch.delenv(f"SPECCHAT_{name}", raising=False)
-    (tmp_path / "models").mkdir()
+    _calibration_home(monkeypatch, tmp_path)
     labelled, unlabelled = tmp_path / "models" / "a.gguf", tmp_path / "models" / "b.gguf"
     labelled.write_bytes(b"GGUF a")
     unlabelled.write_bytes(b"GGUF b")
@@ -169,10 +174,7 @@ def test_doctor_shows_the_batch_prices_runs_settled(
     from specchat.backend.tuning import Calibration
     from specchat.settings.load import LoadSettings
 
-    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
-    for name in ("THREADS", "N_GPU_LAYERS", "REPACK"):
-        monkeypatch.delenv(f"SPECCHAT_{name}", raising=False)
-    (tmp_path / "models").mkdir()
+    _calibration_home(monkeypatch, tmp_path)
     model = tmp_path / "models" / "a.gguf"
     model.write_bytes(b"GGUF a")
     knobs = Calibration(LoadSettings()).costs_knobs(False)
