@@ -14,7 +14,7 @@ one odd run, is outvoted.
 
 A loaded run must not be learnt: its batches say what they cost while other processes held the
 cores (or the thread governor ran one thread), and kept, that would outlast the load. The
-caller keeps only runs whose steps had their cores (ThreadGovernor.steady). The ratios are
+caller keeps only runs whose steps had their cores (calibration.QuietSteps.steady). The ratios are
 taken at whatever depth the run's answers ran (a long prompt's deeper steps), which is what
 the user's own batches cost.
 """
@@ -35,8 +35,8 @@ def run_ratios(paired: Mapping[int, Sequence[float]]) -> dict[int, float]:
     """Per batch size, the median of a run's ratios of a batch to the plain step before it;
     sizes with fewer than RUN_PAIRS of them are left out."""
     out: dict[int, float] = {}
-    for n, pairs in paired.items():
-        ratios = [ratio for ratio in pairs if math.isfinite(ratio) and ratio > 0]
+    for n, seen in paired.items():
+        ratios = [ratio for ratio in seen if math.isfinite(ratio) and ratio > 0]
         if n > 1 and len(ratios) >= RUN_PAIRS:
             out[n] = statistics.median(ratios)
     return out
