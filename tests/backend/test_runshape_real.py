@@ -33,5 +33,6 @@ def test_a_real_answers_steps_are_judged_for_load(
         tokens = runtime.chat_tokens([{"role": "user", "content": "Count from 1 to 30."}])
         finished = list(runtime.stream(tokens, options))[-1]
         assert isinstance(finished, Finished)
-    # Every step but the first is timed from the one before (none follows a pause here).
-    assert finished.stats.steps > 10 and steps.judged == finished.stats.steps - 1
+    # Every step but the first is timed from the one before; one the scheduler held up long
+    # enough to look like a pause is left unjudged, so only the bounds are certain.
+    assert finished.stats.steps > 10 and 0 < steps.judged <= finished.stats.steps - 1
