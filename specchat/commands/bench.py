@@ -44,7 +44,7 @@ from specchat.bench.report import (
 from specchat.bench.runner import BenchResult, Step, parse_modes, run_bench
 from specchat.commands import common as c
 from specchat.commands.benchreplay import record_command, replay_command
-from specchat.engine.options import Spec
+from specchat.engine.options import GenerationOptions, Spec
 from specchat.errors import EXIT_INTERRUPTED, ModelError, SpecchatError, UsageError
 from specchat.settings.file import Settings
 from specchat.settings.flags import with_options
@@ -146,23 +146,13 @@ def bench(
                       spec=_load_spec(mode_list, calibrate), draft_history=False)
     with open_runtime(loading) as runtime:
         if calibrate:
-            if runtime.tuned is None:
-                raise ModelError("these models cannot be calibrated")
-            tuned = replace(runtime.tuned, settings=replace(loading, quiet=False))
-            state, closers = measured_auto_state(tuned, force=True)
-            runtime.closers[:0] = closers  # what was measured and learnt is kept
-            print_calibration(Console(), state, runtime.info.target_name,
-                              runtime.info.draft_name)
+            _calibrate(runtime, loading)
             return
         mode_list = _available_modes(runtime, mode_list, explicit=modes is not None)
         plain = _plain_peer(runtime, loading) if peer else None
         if plain is not None:
             mode_list = [*mode_list, plain.name]
-        with _progress(len(chosen) * len(mode_list) * rounds) as listener, \
-                tempfile.TemporaryDirectory(prefix="specchat-bench-") as cache_dir:
-            result = run_bench(runtime, chosen, mode_list, options, listener=listener,
-                               warmup=warmup, peer=plain, rounds=rounds,
-                               prompt_cache=PromptCache(Path(cache_dir), min_new_tokens=0))
+        result = _timed(runtime, chosen, mode_list, options, plain, warmup, rounds)
         described = _settings(file, categories, limit, mode_list, options, runtime, ctx)
         if json_schemas:
             described["file"] = f"<built-in {bp.JSON_NAME}>"
@@ -172,6 +162,28 @@ def bench(
         raise SpecchatError("no prompt fitted in the context: raise --ctx or lower --max-tokens")
     if result.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _calibrate(runtime: Runtime, loading: LoadSettings) -> None:
+    """`--calibrate`: measure afresh, keep what was measured, print it."""
+    if runtime.tuned is None:
+        raise ModelError("these models cannot be calibrated")
+    tuned = replace(runtime.tuned, settings=replace(loading, quiet=False))
+    state, closers = measured_auto_state(tuned, force=True)
+    runtime.closers[:0] = closers  # what was measured and learnt is kept
+    print_calibration(Console(), state, runtime.info.target_name, runtime.info.draft_name)
+
+
+def _timed(runtime: Runtime, chosen: list[bp.BenchPrompt], mode_list: list[str],
+           options: GenerationOptions, plain: ChatCompletionPeer | None, warmup: bool,
+           rounds: int) -> BenchResult:
+    """Every prompt in every mode, timed, under a progress bar; a private prompt cache that
+    ends with the run."""
+    with _progress(len(chosen) * len(mode_list) * rounds) as listener, \
+            tempfile.TemporaryDirectory(prefix="specchat-bench-") as cache_dir:
+        return run_bench(runtime, chosen, mode_list, options, listener=listener,
+                         warmup=warmup, peer=plain, rounds=rounds,
+                         prompt_cache=PromptCache(Path(cache_dir), min_new_tokens=0))
 
 
 def _check_runs(file: Path | None, record_file: str | None, calibrate: bool,
