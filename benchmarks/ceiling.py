@@ -34,8 +34,8 @@ from specchat.bench.profiles import CostProfile, load
 from specchat.bench.replay import Setup, replay_modes, replay_policy, run_answer
 from specchat.bench.sessionsweep import (
     Request,
-    _renumbered,
     load_sessions_recording,
+    renumbered,
     replay_session,
     sessions_of,
 )
@@ -191,7 +191,7 @@ def oracle_session(requests: list[Request], recording: rec.Recording,
     requests: (seconds, off's seconds)."""
     segments: list[Segment] = []
     out = []
-    for request, data in zip(requests, _renumbered(requests, recording.eog), strict=True):
+    for request, data in zip(requests, renumbered(requests, recording.eog), strict=True):
         clock = PricedClock(overhead=profile.overhead_seconds)
         target = TreeStandIn(data.answer, len(data.prompt), data, profile.target, clock,
                              "target", branches=1)

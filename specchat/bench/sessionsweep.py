@@ -53,7 +53,7 @@ def sessions_of(recording: rec.Recording) -> dict[str, list[Request]]:
     return {name: sorted(reqs, key=lambda r: r.index) for name, reqs in found.items()}
 
 
-def _renumbered(requests: list[Request], eog: frozenset[int]) -> list[Renumbered]:
+def renumbered(requests: list[Request], eog: frozenset[int]) -> list[Renumbered]:
     """Dense ids shared by a whole session: the store holds earlier requests' tokens."""
     ids = sorted({t for r in requests for t in (*r.item.prompt, *r.item.answer,
                                                  *(r.item.draft or ()))} | set(eog))
@@ -78,7 +78,7 @@ def replay_session(requests: list[Request], recording: rec.Recording, profile: C
     segments: list[Segment] = []
     learnt: dict[str, dict[str, list[float]]] = {}
     out = []
-    for request, data in zip(requests, _renumbered(requests, recording.eog), strict=True):
+    for request, data in zip(requests, renumbered(requests, recording.eog), strict=True):
         clock = PricedClock(overhead=profile.overhead_seconds)
         n = len(data.prompt)
         target = TreeStandIn(data.answer, n, data, profile.target, clock, "target",
