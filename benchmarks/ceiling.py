@@ -31,7 +31,7 @@ from session_replay import store_candidates  # benchmarks/session_replay.py, bes
 from specchat.bench import recording as rec
 from specchat.bench.oracle import OraclePolicy, oracle_policy
 from specchat.bench.profiles import CostProfile, load
-from specchat.bench.replay import Setup, replay_modes, replay_policy, run_answer
+from specchat.bench.replay import DRAFT_MAX, Setup, replay_modes, replay_policy, run_answer
 from specchat.bench.sessionsweep import (
     Request,
     load_sessions_recording,
@@ -44,7 +44,7 @@ from specchat.commands.benchreplay import load_recording
 from specchat.engine.build import Hooks, make_drafter
 from specchat.engine.contextindex import Lookup
 from specchat.engine.drafters import EMPTY_DRAFT, NGRAM, Draft, PromptLookupDrafter
-from specchat.engine.options import Spec
+from specchat.engine.options import GenerationOptions, Spec
 from specchat.engine.policy import Step
 from specchat.engine.protocol import common_prefix
 from specchat.engine.suffix import Segment, SuffixIndex
@@ -158,11 +158,6 @@ def lookup_oracle(setup: Setup) -> OraclePolicy:
     return oracle_policy(setup)
 
 
-def read(value: str) -> rec.Recording:
-    """A recording file, or a built-in one by name (builtin, spec-bench)."""
-    return load_recording(value)
-
-
 def prompts(profile: CostProfile, recording: rec.Recording,
             fitted: dict[Features, int]) -> None:
     sums: dict[str, dict[str, list[float]]] = {}
@@ -195,8 +190,8 @@ def oracle_session(requests: list[Request], recording: rec.Recording,
         clock = PricedClock(overhead=profile.overhead_seconds)
         target = TreeStandIn(data.answer, len(data.prompt), data, profile.target, clock,
                              "target", branches=1)
-        setup = Setup(request.item, data, target, None, clock,
-                      Setup.of(request.item, recording, profile).options)
+        options = GenerationOptions(max_tokens=recording.max_tokens, draft_max=DRAFT_MAX)
+        setup = Setup(request.item, data, target, None, clock, options)
         policy = oracle_policy(setup, store_candidates(SuffixIndex(list(segments),
                                                                    data.n_vocab)))
         run_answer(target, data.prompt, setup.options, policy, Hooks(clock=clock),
@@ -229,13 +224,13 @@ def main() -> None:
     args = ap.parse_args()
     profile = load(args.profile)
     models = [StepModel(Setup.of(item, r, profile))
-              for r in map(read, args.fit.split(",")) for item in r.items]
+              for r in map(load_recording, args.fit.split(",")) for item in r.items]
     fitted = fit(models)
     print("table (match feature, streak) -> k:", dict(sorted(fitted.items())))
-    prompts(profile, read(args.recording), fitted)
+    prompts(profile, load_recording(args.recording), fitted)
     if args.sessions:
         sessions(profile, load_sessions_recording() if args.sessions == "builtin"
-                 else read(args.sessions))
+                 else load_recording(args.sessions))
 
 
 if __name__ == "__main__":
